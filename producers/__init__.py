@@ -1,0 +1,1 @@
+"""Producer scripts: publish MQCN, MQDSRP and MQSD traffic to Kafka (encode side of streaming.wire)."""

@@ -1,0 +1,65 @@
+"""The `dirstream` command. Subcommands: decode (more arrive with the broker, producers and job)."""
+import argparse
+import json
+import sys
+
+from .wire import PROTOCOLS, WireError, decode, record_to_dict
+
+EXIT_BAD_INPUT = 2
+
+
+def _read_body(args) -> bytes:
+    if args.hex is not None:
+        text = "".join(args.hex.split())
+        if text[:2].lower() == "0x":
+            text = text[2:]
+        try:
+            return bytes.fromhex(text)
+        except ValueError as exc:
+            raise SystemExit(_fail(f"--hex is not hexadecimal: {exc}"))
+    if args.file == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(args.file, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise SystemExit(_fail(f"cannot read {args.file}: {exc.strerror}"))
+
+
+def _fail(message: str) -> int:
+    print(f"dirstream: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def cmd_decode(args) -> int:
+    body = _read_body(args)
+    try:
+        record = decode(args.protocol, body)
+    except WireError as exc:
+        return _fail(f"cannot decode {len(body)}-byte body: {exc}")
+    json.dump(record_to_dict(record), sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dirstream", description="MSMQ directory-service traffic to live directory state.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    dec = sub.add_parser("decode", help="decode one raw MQCN, MQDSRP or MQSD body and print it as JSON",
+                         description="Decode one message body. Exit 0 with JSON on stdout; exit 2 with the "
+                                     "error (structure, field, byte offset, reason) on bad input.")
+    dec.add_argument("--protocol", required=True, choices=PROTOCOLS)
+    source = dec.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hex", help="the body as hex digits (whitespace allowed)")
+    source.add_argument("--file", help="a file holding the raw body bytes ('-' for stdin)")
+    dec.set_defaults(func=cmd_decode)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Property arrays: NumberOfProperties (UCHAR), PropertyId[N] (u32 LE), PropertyValue[N].
+
+Shared by the MQCN Notification Update (2.2.6) and the MQDSRP DirectoryChange (2.2.4).
+"""
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from .propids import PROPIDS
+from .propvariant import VT_NAMES, decode_value, encode_value
+from .reader import Reader
+
+
+@dataclass(slots=True)
+class Property:
+    prop_id: int
+    value: Any
+
+    @property
+    def name(self) -> str:
+        return PROPIDS[self.prop_id][0]
+
+    @property
+    def vt(self) -> int:
+        return PROPIDS[self.prop_id][1]
+
+    def to_dict(self) -> dict:
+        value = self.value
+        if isinstance(value, (bytes, bytearray)):
+            value = value.hex()
+        return {"prop_id": self.prop_id, "name": self.name, "vt": VT_NAMES[self.vt], "value": value}
+
+
+def object_type_of(prop_id: int) -> int:
+    """MQDSRP 3.1.1.4 / MQCN 3.2.5.1: (propID - 1000) / 100 above 1000, else propID / 100."""
+    return (prop_id - 1000) // 100 if prop_id > 1000 else prop_id // 100
+
+
+def read_properties(r: Reader) -> list[Property]:
+    n = r.u8("NumberOfProperties")
+    ids_at = r.pos
+    r.need("PropertyId", 4 * n)
+    ids = struct.unpack_from(f"<{n}I", r.buf, ids_at)
+    r.pos = ids_at + 4 * n
+    props = []
+    for i, prop_id in enumerate(ids):
+        entry = PROPIDS.get(prop_id)
+        if entry is None:
+            raise r.error(
+                f"PropertyId[{i}]",
+                f"unknown PROPID {prop_id}: its type is not known, so the values from here on cannot be parsed",
+                ids_at + 4 * i,
+            )
+        props.append(Property(prop_id, decode_value(r, entry[1], f"PropertyValue[{i}]")))
+    return props
+
+
+def write_properties(props: list[Property]) -> bytes:
+    if len(props) > 255:
+        raise ValueError(f"NumberOfProperties is a UCHAR: {len(props)} properties do not fit")
+    parts = [bytes([len(props)]), struct.pack(f"<{len(props)}I", *(p.prop_id for p in props))]
+    for p in props:
+        entry = PROPIDS.get(p.prop_id)
+        if entry is None:
+            raise ValueError(f"unknown PROPID {p.prop_id}")
+        parts.append(encode_value(entry[1], p.value))
+    return b"".join(parts)
+
+
+def property_value(props: list[Property], prop_id: int, default=None):
+    for p in props:
+        if p.prop_id == prop_id:
+            return p.value
+    return default
