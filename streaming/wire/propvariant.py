@@ -104,8 +104,8 @@ def encode_value(vt: int, value) -> bytes:
             for s in value:
                 _check_no_nul(s)
             return u32_bytes(len(value)) + b"".join(utf16z_bytes(s) for s in value)
-    except struct.error as exc:
-        raise ValueError(f"{VT_NAMES[vt]} value {value!r} out of range: {exc}") from None
+    except (struct.error, TypeError, AttributeError) as exc:
+        raise ValueError(f"{VT_NAMES.get(vt, hex(vt))} cannot hold {value!r}: {exc}") from None
     raise ValueError(f"unsupported VARTYPE 0x{vt:04x}")
 
 
