@@ -62,7 +62,7 @@ def mqdsrp_messages():
         "change_request_bsc": mqdsrp.ChangeRequestMessage(
             mqdsrp.ChangeRequestHeader(SITE_A, 77, 5, "BSC1", "PSC1"), create),
         "change_request_psc": mqdsrp.ChangeRequestMessage(
-            mqdsrp.ChangeRequestHeader(NULL, 78, 0, "PSC1"), directory_change(0, mqdsrp.CMD_SYNC)),
+            mqdsrp.ChangeRequestHeader(NULL, 78, 0, "PSC1"), directory_change(1, mqdsrp.CMD_SYNC)),
         "sync_request": mqdsrp.SyncRequestMessage(NULL, 0, MAX_SEQ_NUMBER, 0, 0, 1, "PSC1"),
         "sync_reply": mqdsrp.SyncReplyMessage(mqdsrp.SyncReplyHeader(SITE_A, 0, 3, 0, 3, 2),
                                               [create, delete, directory_change(3)]),

@@ -16,6 +16,8 @@ def seq_from_bytes(raw: bytes) -> int:
 
 
 def seq_to_bytes(value: int) -> bytes:
+    if not 0 <= value <= MAX_SEQ_NUMBER:
+        raise ValueError(f"sequence number {value} is outside 0..2**64-1")
     return value.to_bytes(8, "big")
 
 

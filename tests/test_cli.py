@@ -1,0 +1,50 @@
+"""`dirstream decode` as a user runs it: the installed console script, JSON out, exit codes."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, vector
+
+DIRSTREAM = shutil.which("dirstream", path=str(Path(sys.executable).parent)) or "dirstream"
+
+
+def run(*args, stdin: bytes | None = None):
+    return subprocess.run([DIRSTREAM, *args], input=stdin, capture_output=True, timeout=60)
+
+
+def test_decode_hex_prints_json():
+    text = (ROOT / "tests" / "vectors" / "mqsd_4_reply_remote.hex").read_text()
+    done = run("decode", "--protocol", "mqsd", "--hex", text)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["server_reply"]["directory_service_server_array"] == [
+        {"ip_supported": True, "ipx_supported": False, "name": "nt4pec"}]
+    assert out["server_reply"]["correlation_id"] == "f291a103-e33c-ab4f-a930-be3a33e432dd"
+
+
+def test_decode_file_shows_sequence_numbers_as_hex(tmp_path):
+    body = tmp_path / "ack.bin"
+    body.write_bytes(bytes.fromhex("003C2D1E0F5A4B786987 96A5B4C3D2E1F0 06 3C2D1E0F5A4B78698796A5B4C3D2E1F0"
+                                   "00000000000000000000000000000000 0000000000000100 500053004300310000 00"
+                                   .replace(" ", "")))
+    done = run("decode", "--protocol", "mqdsrp", "--file", str(body))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["psc_ack"]["acked_seq_number"] == "0000000000000100"
+
+
+def test_decode_stdin():
+    done = run("decode", "--protocol", "mqsd", "--file", "-", stdin=vector("mqsd_4_request"))
+    assert done.returncode == 0 and json.loads(done.stdout)["packet_type"] == "TopologyClientRequest"
+
+
+def test_bad_body_exits_2_with_field_and_offset():
+    done = run("decode", "--protocol", "mqsd", "--hex", "00 01 00 00 61 BA")
+    assert done.returncode == 2 and done.stdout == b""
+    assert b"MQSD TopologyClientRequest.EnterpriseID at byte 4: truncated" in done.stderr
+
+
+def test_bad_hex_and_missing_file_exit_2():
+    assert run("decode", "--protocol", "mqcn", "--hex", "zz").returncode == 2
+    assert run("decode", "--protocol", "mqcn", "--file", "/nonexistent/body").returncode == 2
