@@ -17,3 +17,12 @@ def spec_dir() -> Path:
 
 def vector(name: str) -> bytes:
     return bytes.fromhex((ROOT / "tests" / "vectors" / f"{name}.hex").read_text())
+
+
+def wire_error(protocol: str, body: bytes):
+    """The WireError decoding body raises (fails the test if it decodes)."""
+    from streaming.wire import WireError, decode
+    with pytest.raises(WireError) as info:
+        decode(protocol, body)
+    assert info.value.protocol == protocol.upper()
+    return info.value

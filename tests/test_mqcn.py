@@ -1,8 +1,9 @@
 """[MS-MQCN] Change Notification Messages: v1 updates, v2 bodies and their quirks, malformed bodies."""
 import pytest
+from conftest import wire_error
 from samples import P, QUEUE, mqcn_messages
 
-from streaming.wire import WireError, mqcn
+from streaming.wire import mqcn
 from streaming.wire.properties import object_type_of
 
 # MQCN digest B.12 (a): a v1 queue delete, 71-byte message + the unused byte of 3.3.5.3.
@@ -98,11 +99,8 @@ def test_nonzero_reserved_bytes_are_flagged():
     assert mqcn.decode(bytes(body)).updates[0].flags == ["reserved_nonzero"]
 
 
-def _err(body: bytes) -> WireError:
-    with pytest.raises(WireError) as info:
-        mqcn.decode(body)
-    assert info.value.protocol == "MQCN"
-    return info.value
+def _err(body: bytes):
+    return wire_error("mqcn", body)
 
 
 def test_r8_guid_grammar_is_rejected():

@@ -2,9 +2,10 @@
 import struct
 
 import pytest
+from conftest import wire_error
 from samples import NULL, SITE_A, directory_change, mqdsrp_messages
 
-from streaming.wire import WireError, mqdsrp
+from streaming.wire import mqdsrp
 from streaming.wire.seqnum import MAX_SEQ_NUMBER
 
 PSC_SITE = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
@@ -84,11 +85,8 @@ def test_unknown_operation_and_version_are_kept_and_flagged():
     assert mqdsrp.encode(msg) == b"\x01" + SYNC_REQUEST[1:]
 
 
-def _err(body: bytes) -> WireError:
-    with pytest.raises(WireError) as info:
-        mqdsrp.decode(body)
-    assert info.value.protocol == "MQDSRP"
-    return info.value
+def _err(body: bytes):
+    return wire_error("mqdsrp", body)
 
 
 def test_empty_body():

@@ -3,9 +3,9 @@ import re
 import struct
 
 import pytest
-from conftest import vector
+from conftest import vector, wire_error
 
-from streaming.wire import WireError, mqsd
+from streaming.wire import mqsd
 
 # MQSD digest §7.1: the extraction put Greek and Cyrillic look-alikes into the §4 hex dumps.
 HOMOGLYPHS = str.maketrans({"Α": "A", "Β": "B", "Е": "E", "З": "3", "А": "A", "В": "B", "С": "C"})
@@ -102,11 +102,8 @@ def test_nonzero_version_and_reserved_are_flagged_not_rejected():
     assert mqsd.decode(body).client_request.flags == ["version_nonzero:7", "reserved_nonzero:1"]
 
 
-def _err(body: bytes) -> WireError:
-    with pytest.raises(WireError) as info:
-        mqsd.decode(body)
-    assert info.value.protocol == "MQSD"
-    return info.value
+def _err(body: bytes):
+    return wire_error("mqsd", body)
 
 
 def test_truncated_request_names_field_and_offset():
