@@ -1,4 +1,4 @@
-"""The `dirstream` command. Subcommands: decode (more arrive with the broker, producers and job)."""
+"""The `dirstream` command: decode, broker, produce (more arrive with the job)."""
 import argparse
 import json
 import sys
@@ -53,11 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--hex", help="the body as hex digits (whitespace allowed)")
     source.add_argument("--file", help="a file holding the raw body bytes ('-' for stdin)")
     dec.set_defaults(func=cmd_decode)
+    from producers.cli import register
+    register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if hasattr(args, "bootstrap"):
+        from producers.cli import run_guarded
+        return run_guarded(args.func, args)
     return args.func(args)
 
 

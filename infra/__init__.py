@@ -1,0 +1,1 @@
+"""Infrastructure helpers: the embedded Kafka-compatible broker."""

@@ -1,0 +1,169 @@
+"""`dirstream broker ...` and `dirstream produce ...` subcommands."""
+import argparse
+import json
+import logging
+import sys
+import time
+
+from infra.broker import DEFAULT_BOOTSTRAP, DEFAULT_HOST, DEFAULT_PORT, BrokerError, EmbeddedBroker
+
+from .kafka import CLIENTS, OUTBOUND_TOPIC, TOPICS, KafkaSettings, KafkaUnavailable, ensure_topics, publisher
+from .publish import publish_all
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Kafka")
+    group.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP,
+                       help=f"Kafka bootstrap servers (default: the embedded broker, {DEFAULT_BOOTSTRAP})")
+    group.add_argument("--kafka-config", metavar="FILE",
+                       help="properties file of Kafka client settings (security.protocol, sasl.*, ssl.*, ...)")
+    group.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="one Kafka client setting; repeatable; overrides --kafka-config")
+    group.add_argument("--client", choices=sorted(CLIENTS), default="confluent",
+                       help="Kafka client library for publishing (default: confluent)")
+
+
+def settings_from(args) -> KafkaSettings:
+    return KafkaSettings.from_args(args.bootstrap, args.kafka_config, args.kafka_option)
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a rate is between 0 and 1, got {text}")
+    return value
+
+
+# ---------------------------------------------------------------------------- broker
+def cmd_broker(args) -> int:
+    broker = EmbeddedBroker(args.state_dir, args.host, args.port)
+    try:
+        if args.action == "start":
+            print(broker.start().describe())
+        elif args.action == "stop":
+            print("broker stopped" if broker.stop() else "broker was not running")
+        else:
+            status = broker.status()
+            print(status.describe())
+            return 0 if status.answering else EXIT_FAILED
+    except BrokerError as exc:
+        print(f"dirstream broker: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+# ---------------------------------------------------------------------------- produce
+def cmd_simulate(args) -> int:
+    from .simulator import Faults, Simulator
+    faults = Faults(args.reorder, args.reorder_window, args.duplicate, args.drop, args.corrupt, args.unauthenticated,
+                    args.nack)
+    sim = Simulator(args.seed, args.sites, args.bscs, args.qms, args.queues, faults, args.burst_rate)
+    settings = settings_from(args)
+    ensure_topics(settings, {t: args.partitions for t in TOPICS.values()})
+    pub = publisher(args.client, settings)
+    items = ((m.protocol, m.key, m.envelope) for m in sim.messages(args.count))
+    stats = publish_all(pub, items, rate=args.rate, duration=args.duration, on_deadline=sim.stop)
+    pub.close()
+    truth = sim.truth()
+    if args.truth:
+        with open(args.truth, "w") as fh:
+            json.dump(truth, fh, indent=1, sort_keys=True)
+    summary = {"published": stats.total, "per_protocol": dict(stats.per_protocol), "delivered": pub.delivered,
+               "seconds": round(time.monotonic() - stats.started, 2), "rate_per_s": round(stats.rate()),
+               "dead_letters_expected": len(truth["dead_letters"]), "dropped": len(truth["dropped"]),
+               "duplicates": len(truth["duplicates"]), "truth": args.truth, "interrupted": stats.interrupted}
+    print(json.dumps(summary))
+    return EXIT_FAILED if stats.interrupted else 0
+
+
+def cmd_replay(args) -> int:
+    from .replay import read_paths
+    try:
+        replay = read_paths(args.files, args.protocol, int(time.time() * 1000))
+    except ValueError as exc:
+        print(f"dirstream produce replay: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for problem in replay.problems:
+        print(f"skipped {problem}", file=sys.stderr)
+    settings = settings_from(args)
+    if replay.items:
+        ensure_topics(settings, {TOPICS[p]: args.partitions for p in {i[0] for i in replay.items}})
+        pub = publisher(args.client, settings)
+        stats = publish_all(pub, replay.items, rate=args.rate)
+        pub.close()
+        published = stats.total
+    else:
+        published = 0
+    print(json.dumps({"published": published, "skipped": len(replay.problems),
+                      "ignored_capture_packets": replay.ignored}))
+    return EXIT_FAILED if replay.problems else 0
+
+
+def cmd_respond(args) -> int:
+    from .responder import run_responder
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    stats = run_responder(settings_from(args), args.truth, outbound_topic=args.outbound_topic,
+                          raw_topic=TOPICS["mqdsrp"], client=args.client, idle_exit=args.idle_exit)
+    print(json.dumps(stats))
+    return 0
+
+
+def register(sub) -> None:
+    broker = sub.add_parser("broker", help="start, stop or check the embedded Kafka-compatible broker")
+    broker.add_argument("action", choices=["start", "stop", "status"])
+    broker.add_argument("--host", default=DEFAULT_HOST)
+    broker.add_argument("--port", type=int, default=DEFAULT_PORT)
+    broker.add_argument("--state-dir", help="where the pid and log live (default: var/broker, or $DIRSTREAM_STATE)")
+    broker.set_defaults(func=cmd_broker)
+
+    produce = sub.add_parser("produce", help="publish traffic: simulate an enterprise, replay captures, respond")
+    psub = produce.add_subparsers(dest="produce_command", required=True)
+
+    sim = psub.add_parser("simulate", help="simulate an MSMQ enterprise and publish its traffic with ground truth")
+    add_kafka_arguments(sim)
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--sites", type=int, default=3)
+    sim.add_argument("--bscs", type=int, default=1, help="BSCs per site")
+    sim.add_argument("--qms", type=int, default=3, help="queue managers per site")
+    sim.add_argument("--queues", type=int, default=4, help="initial queues per queue manager")
+    sim.add_argument("--count", type=int, help="stop generating after this many messages")
+    sim.add_argument("--duration", type=float, help="stop generating after this many seconds")
+    sim.add_argument("--rate", type=float, help="messages per second at most")
+    sim.add_argument("--partitions", type=int, default=4, help="partitions of topics created here")
+    sim.add_argument("--truth", metavar="FILE", help="write the ground truth JSON here")
+    sim.add_argument("--burst-rate", type=float, default=0.002, help="chance per operation of a 100+ burst")
+    faults = sim.add_argument_group("faults (rates between 0 and 1)")
+    for name in ("reorder", "duplicate", "drop", "corrupt", "unauthenticated", "nack"):
+        faults.add_argument(f"--{name}", type=_rate, default=0.0)
+    faults.add_argument("--reorder-window", type=int, default=8)
+    sim.set_defaults(func=cmd_simulate)
+
+    replay = psub.add_parser("replay", help="publish recorded messages: JSON lines, hex lines, raw files, pcap")
+    add_kafka_arguments(replay)
+    replay.add_argument("files", nargs="+")
+    replay.add_argument("--protocol", choices=["mqcn", "mqdsrp", "mqsd"], help="for hex lines and raw files")
+    replay.add_argument("--rate", type=float)
+    replay.add_argument("--partitions", type=int, default=4)
+    replay.set_defaults(func=cmd_replay)
+
+    respond = psub.add_parser("respond", help="answer the job's sync requests as the object authorities")
+    add_kafka_arguments(respond)
+    respond.add_argument("--truth", required=True, help="ground truth from `produce simulate --truth`")
+    respond.add_argument("--outbound-topic", default=OUTBOUND_TOPIC)
+    respond.add_argument("--idle-exit", type=float, help="exit after this many seconds without requests")
+    respond.set_defaults(func=cmd_respond)
+
+
+def run_guarded(func, args) -> int:
+    try:
+        return func(args)
+    except (KafkaUnavailable, BrokerError) as exc:
+        hint = " (start the embedded one with: dirstream broker start)" if args.bootstrap == DEFAULT_BOOTSTRAP else ""
+        print(f"dirstream: {exc}{hint}", file=sys.stderr)
+        return EXIT_FAILED
+    except ValueError as exc:
+        print(f"dirstream: {exc}", file=sys.stderr)
+        return EXIT_USAGE

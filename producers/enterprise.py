@@ -1,0 +1,162 @@
+"""A deterministic model of an MSMQ enterprise: sites, directory servers, queue managers, queues,
+and the directory objects their object authorities own (MC-MQDSRP 1.3, 3.1.1).
+
+Sans-IO: no Kafka, no clock. The simulator drives it; the authority responder and the ground
+truth read it.
+"""
+import random
+import uuid
+from dataclasses import dataclass, field
+
+from streaming.wire.guid import GUID_NULL
+from streaming.wire.properties import Property
+from streaming.wire.propids import propid
+
+# MQDS object types ([MS-MQDS] 2.2.8; MQDSRP 3.1.1.4)
+MQDS_QUEUE, MQDS_MACHINE, MQDS_SITE, MQDS_CN, MQDS_ENTERPRISE, MQDS_USER, MQDS_ROUTINGLINK = 1, 2, 3, 5, 6, 7, 8
+OBJECT_TYPE_NAMES = {MQDS_QUEUE: "queue", MQDS_MACHINE: "machine", MQDS_SITE: "site", MQDS_CN: "connected_network",
+                     MQDS_ENTERPRISE: "enterprise", MQDS_USER: "user", MQDS_ROUTINGLINK: "routing_link"}
+ENTERPRISE_TYPES = (MQDS_ENTERPRISE, MQDS_SITE, MQDS_CN, MQDS_USER, MQDS_ROUTINGLINK)
+SCOPE_SITE, SCOPE_ENTERPRISE = 0, 1
+SERVICE_NONE, SERVICE_BSC, SERVICE_PSC, SERVICE_PEC = 0x0, 0x2, 0x4, 0x8
+PEC_PARTITION_ID = GUID_NULL
+
+# The property that carries each type's identity; it is the first property of a create, so the
+# receiver's "type of the first PROPID" (3.1.7.2.3) names the right object type.
+ID_PROPERTY = {MQDS_QUEUE: "Q_INSTANCE", MQDS_MACHINE: "QM_MACHINE_ID", MQDS_SITE: "S_SITEID", MQDS_CN: "CN_GUID",
+               MQDS_ENTERPRISE: "E_ID", MQDS_USER: "U_ID", MQDS_ROUTINGLINK: "L_ID"}
+# Properties an update may change, per type (a subset of the 3.2.7.8 refTable's DirectoryChange lists).
+MUTABLE = {
+    MQDS_QUEUE: ("Q_QUOTA", "Q_JOURNAL_QUOTA", "Q_BASEPRIORITY", "Q_JOURNAL", "Q_LABEL", "Q_AUTHENTICATE",
+                 "Q_PRIV_LEVEL", "Q_SECURITY"),
+    MQDS_MACHINE: ("QM_QUOTA", "QM_JOURNAL_QUOTA", "QM_SECURITY"),
+    MQDS_SITE: ("S_INTERVAL1", "S_INTERVAL2"),
+    MQDS_CN: ("CN_NAME",),
+    MQDS_ENTERPRISE: ("E_LONG_LIVE", "E_NAMESTYLE"),
+    MQDS_USER: ("U_SIGN_CERT", "U_DIGEST"),
+    MQDS_ROUTINGLINK: ("L_COST",),
+}
+
+
+@dataclass
+class DirObject:
+    object_type: int
+    guid: str
+    partition_id: str
+    path_name: str
+    seq_number: int
+    properties: dict[int, object]                  # PROPID -> value, in creation order
+
+    def property_list(self) -> list[Property]:
+        return [Property(k, v) for k, v in self.properties.items()]
+
+
+@dataclass
+class DeletedObject:
+    identifier: str
+    partition_id: str
+    seq_number: int
+    object_type: int
+    scope: int
+
+
+@dataclass
+class Partition:
+    partition_id: str
+    authority: str
+    last_seq_number: int = 0
+    purged_seq_number: int = 0
+    objects: dict[str, DirObject] = field(default_factory=dict)
+    deleted: dict[str, DeletedObject] = field(default_factory=dict)
+
+
+@dataclass
+class Server:
+    name: str
+    role: str                                      # PEC, PSC, BSC or QM (a queue manager without a DS)
+    site_id: str
+    machine_id: str
+    ip: str
+
+    @property
+    def is_psc(self) -> bool:                      # "a statement about a PSC also applies to the PEC"
+        return self.role in ("PEC", "PSC")
+
+
+class Enterprise:
+    """Sites 0..N-1; site 0's PSC is the PEC. Every site has M BSCs and K plain queue managers."""
+
+    def __init__(self, rng: random.Random, sites: int = 3, bscs_per_site: int = 1, qms_per_site: int = 3):
+        self.rng = rng
+        self.enterprise_id = self.new_guid()
+        self.enterprise_name = "corp"
+        self.servers: dict[str, Server] = {}
+        self.sites: list[str] = []
+        self.site_cns: dict[str, str] = {}
+        for s in range(sites):
+            site_id = self.new_guid()
+            self.sites.append(site_id)
+            self.site_cns[site_id] = self.new_guid()
+            self._add_server("pec0" if s == 0 else f"psc{s}", "PEC" if s == 0 else "PSC", site_id, s, 1)
+            for b in range(bscs_per_site):
+                self._add_server(f"bsc{s}-{b + 1}", "BSC", site_id, s, 10 + b)
+            for q in range(qms_per_site):
+                self._add_server(f"qm{s}-{q + 1}", "QM", site_id, s, 100 + q)
+        self.partitions: dict[str, Partition] = {PEC_PARTITION_ID: Partition(PEC_PARTITION_ID, "pec0")}
+        for s, site_id in enumerate(self.sites):
+            self.partitions[site_id] = Partition(site_id, self.psc_of(site_id).name)
+
+    def new_guid(self) -> str:
+        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+
+    def _add_server(self, name: str, role: str, site_id: str, site_index: int, host: int) -> None:
+        self.servers[name] = Server(name, role, site_id, self.new_guid(), f"10.{site_index}.0.{host}")
+
+    # -- topology -----------------------------------------------------------------------
+    def psc_of(self, site_id: str) -> Server:
+        return next(s for s in self.servers.values() if s.site_id == site_id and s.is_psc)
+
+    def pscs(self) -> list[Server]:
+        return [s for s in self.servers.values() if s.is_psc]
+
+    def bscs_of(self, site_id: str) -> list[Server]:
+        return [s for s in self.servers.values() if s.site_id == site_id and s.role == "BSC"]
+
+    def directory_servers(self) -> list[Server]:
+        return [s for s in self.servers.values() if s.role != "QM"]
+
+    def queue_managers(self) -> list[Server]:
+        return [s for s in self.servers.values() if s.role == "QM"]
+
+    def site_index(self, site_id: str) -> int:
+        return self.sites.index(site_id)
+
+    def owner_partition(self, object_type: int, site_id: str | None) -> str:
+        return PEC_PARTITION_ID if object_type in ENTERPRISE_TYPES else site_id
+
+    # -- objects --------------------------------------------------------------------------
+    def find(self, guid: str) -> DirObject | None:
+        for p in self.partitions.values():
+            if guid in p.objects:
+                return p.objects[guid]
+        return None
+
+    def live(self, partition_id: str, object_type: int) -> list[DirObject]:
+        return [o for o in self.partitions[partition_id].objects.values() if o.object_type == object_type]
+
+    def queues_of(self, machine_guid: str) -> list[DirObject]:
+        qmid = propid("Q_QMID")
+        return [o for p in self.partitions.values() for o in p.objects.values()
+                if o.object_type == MQDS_QUEUE and o.properties.get(qmid) == machine_guid]
+
+    def server_by_machine(self, machine_guid: str) -> Server:
+        return next(s for s in self.servers.values() if s.machine_id == machine_guid)
+
+
+def props(*pairs) -> dict[int, object]:
+    return {propid(name): value for name, value in pairs}
+
+
+def security_descriptor(rng: random.Random) -> bytes:
+    # A self-relative SECURITY_DESCRIPTOR header ([MS-DTYP] 2.4.6) with no ACLs: enough to be opaque data.
+    return bytes([1, 0, 0x04, 0x80]) + bytes(12) + rng.randbytes(4)

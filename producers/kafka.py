@@ -1,0 +1,214 @@
+"""Kafka plumbing shared by the producer scripts: settings, topics, and two publishing clients.
+
+confluent-kafka is the default client; kafka-python is the pure-Python alternative. Both get the
+same settings: librdkafka-style keys (security.protocol, sasl.mechanism, ssl.ca.location, ...)
+from a properties file or `--kafka-option key=value`, translated for kafka-python.
+"""
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOPICS = {"mqdsrp": "msmq.dsrp.raw", "mqcn": "msmq.cn.raw", "mqsd": "msmq.sd.raw"}
+OUTBOUND_TOPIC = "msmq.dsrp.out"
+PROTOCOL_HEADER = "protocol"
+REACH_TIMEOUT_S = 5.0
+
+# librdkafka property -> kafka-python keyword
+_KAFKA_PYTHON_NAMES = {
+    "security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password", "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile", "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password", "client.id": "client_id", "linger.ms": "linger_ms",
+    "acks": "acks", "compression.type": "compression_type", "request.timeout.ms": "request_timeout_ms",
+}
+
+
+class KafkaUnavailable(RuntimeError):
+    """The broker could not be reached or refused the request; the message says which and why."""
+
+
+@dataclass
+class KafkaSettings:
+    bootstrap: str
+    options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_args(cls, bootstrap: str, config_file: str | None = None, options: list[str] | None = None):
+        merged = read_properties(config_file) if config_file else {}
+        for item in options or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"--kafka-option must be key=value, got {item!r}")
+            merged[key.strip()] = value.strip()
+        return cls(bootstrap, merged)
+
+    def confluent(self, **extra) -> dict:
+        return {"bootstrap.servers": self.bootstrap, **self.options, **extra}
+
+    def kafka_python(self, **extra) -> dict:
+        conf = {"bootstrap_servers": self.bootstrap.split(",")}
+        for key, value in self.options.items():
+            name = _KAFKA_PYTHON_NAMES.get(key)
+            if name is None:
+                raise ValueError(f"Kafka option {key!r} has no kafka-python equivalent; use --client confluent")
+            conf[name] = int(value) if name in ("linger_ms", "request_timeout_ms") else value
+        conf.update(extra)
+        return conf
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java-style properties file: key=value lines, # or ! comments."""
+    out = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+# ---------------------------------------------------------------------------- admin
+def check_reachable(settings: KafkaSettings, timeout: float = REACH_TIMEOUT_S) -> None:
+    from confluent_kafka import KafkaException
+    refused = _refusing(settings.bootstrap)
+    if refused:
+        raise KafkaUnavailable(f"cannot reach Kafka at {settings.bootstrap}: {refused}")
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient(settings.confluent(**{"log_level": 0}))       # the error below says it once, clearly
+    try:
+        admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"cannot reach Kafka at {settings.bootstrap} within {timeout:.0f} s: "
+                               f"{exc.args[0].str() if exc.args else exc}") from None
+
+
+def _refusing(bootstrap: str) -> str | None:
+    """A reason if every bootstrap address refuses TCP connections outright (no need to wait)."""
+    import socket
+    reasons = []
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+                return None
+        except ConnectionRefusedError:
+            reasons.append(f"{address.strip()} refused the connection")
+        except (OSError, ValueError):
+            return None                  # unresolvable or slow: let the client try with its own timeout
+    return "; ".join(reasons)
+
+
+def ensure_topics(settings: KafkaSettings, topics: dict[str, int]) -> list[str]:
+    """Create the topics that are missing, with the given partition counts; returns those created."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+    check_reachable(settings)
+    admin = AdminClient(settings.confluent())
+    existing = admin.list_topics(timeout=REACH_TIMEOUT_S).topics
+    missing = [NewTopic(t, partitions, 1) for t, partitions in topics.items() if t not in existing]
+    created = []
+    for topic, future in (admin.create_topics(missing) if missing else {}).items():
+        try:
+            future.result(timeout=10)
+            created.append(topic)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise KafkaUnavailable(f"cannot create topic {topic}: {exc}") from None
+    _wait_for_metadata(admin, created)
+    return created
+
+
+def _wait_for_metadata(admin, topics: list[str], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while topics and time.monotonic() < deadline:
+        if all(t in admin.list_topics(timeout=REACH_TIMEOUT_S).topics for t in topics):
+            return
+        time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------- publishing
+class Publisher:
+    """Sends records and counts confirmed deliveries; close() flushes and reports failures."""
+
+    def __init__(self):
+        self.sent = 0
+        self.delivered = 0
+        self.failures: list[str] = []
+
+    def _on_result(self, error) -> None:
+        if error is None:
+            self.delivered += 1
+        else:
+            self.failures.append(str(error))
+
+    def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        raise NotImplementedError
+
+    def flush(self, timeout: float = 60.0) -> None:
+        raise NotImplementedError
+
+    def close(self, timeout: float = 60.0) -> None:
+        self.flush(timeout)
+        undelivered = self.sent - self.delivered - len(self.failures)
+        if self.failures or undelivered:
+            raise KafkaUnavailable(f"{len(self.failures)} records failed and {undelivered} were not confirmed "
+                                   f"of {self.sent} sent" + (f"; first error: {self.failures[0]}" if self.failures else ""))
+
+
+class ConfluentPublisher(Publisher):
+    def __init__(self, settings: KafkaSettings):
+        super().__init__()
+        from confluent_kafka import Producer
+        self.producer = Producer(settings.confluent(**{"linger.ms": 20, "message.timeout.ms": 30_000}))
+
+    def send(self, topic, key, value, headers):
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, headers=headers,
+                                      on_delivery=lambda err, _msg: self._on_result(err))
+                break
+            except BufferError:                          # local queue full: let deliveries drain
+                self.producer.poll(0.1)
+        self.sent += 1
+        self.producer.poll(0)
+
+    def flush(self, timeout=60.0):
+        self.producer.flush(timeout)
+
+
+class KafkaPythonPublisher(Publisher):
+    def __init__(self, settings: KafkaSettings):
+        super().__init__()
+        from kafka import KafkaProducer
+        from kafka.errors import NoBrokersAvailable
+        try:
+            self.producer = KafkaProducer(**settings.kafka_python(linger_ms=20, request_timeout_ms=30_000))
+        except NoBrokersAvailable as exc:
+            raise KafkaUnavailable(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
+
+    def send(self, topic, key, value, headers):
+        future = self.producer.send(topic, value=value, key=key, headers=headers)
+        future.add_callback(lambda _md: self._on_result(None))
+        future.add_errback(self._on_result)
+        self.sent += 1
+
+    def flush(self, timeout=60.0):
+        self.producer.flush(timeout)
+
+    def close(self, timeout=60.0):
+        try:
+            super().close(timeout)
+        finally:
+            self.producer.close(timeout)
+
+
+CLIENTS = {"confluent": ConfluentPublisher, "kafka-python": KafkaPythonPublisher}
+
+
+def publisher(client: str, settings: KafkaSettings) -> Publisher:
+    check_reachable(settings)
+    return CLIENTS[client](settings)

@@ -1,0 +1,66 @@
+"""Publishing envelopes to the raw topics: keying, headers, rate limit, progress, clean shutdown."""
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from streaming.envelope import encode_envelope
+
+from .kafka import PROTOCOL_HEADER, TOPICS, Publisher
+
+
+@dataclass
+class PublishStats:
+    per_protocol: Counter = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    interrupted: bool = False
+
+    @property
+    def total(self) -> int:
+        return sum(self.per_protocol.values())
+
+    def rate(self) -> float:
+        return self.total / max(time.monotonic() - self.started, 1e-9)
+
+    def line(self) -> str:
+        parts = " ".join(f"{p}={n}" for p, n in sorted(self.per_protocol.items()))
+        return f"{self.total} messages ({parts}) at {self.rate():,.0f} msg/s"
+
+
+def publish_envelope(pub: Publisher, protocol: str, key: str, envelope: dict, topics: dict[str, str] = TOPICS) -> None:
+    """Value: the framed Avro envelope; key: the destination machine; the protocol also in a header."""
+    pub.send(topics[protocol], key.encode("utf-8"), encode_envelope(envelope),
+             [(PROTOCOL_HEADER, envelope["protocol"].encode("ascii"))])
+
+
+def publish_all(pub: Publisher, items: Iterable, *, rate: float | None = None, duration: float | None = None,
+                on_deadline=None, progress=sys.stderr, topics: dict[str, str] = TOPICS) -> PublishStats:
+    """Publish (protocol, key, envelope) items. `rate` caps messages per second; after `duration`
+    seconds on_deadline() is called once (the simulator then winds down). Ctrl-C stops early;
+    everything already handed to the client is still flushed and confirmed by the caller's close()."""
+    stats = PublishStats()
+    next_report = stats.started + 1.0
+    deadline_called = False
+    try:
+        for protocol, key, envelope in items:
+            publish_envelope(pub, protocol, key, envelope, topics)
+            stats.per_protocol[protocol] += 1
+            now = time.monotonic()
+            if rate:
+                ahead = stats.total / rate - (now - stats.started)
+                if ahead > 0:
+                    time.sleep(ahead)
+            if duration is not None and not deadline_called and now - stats.started >= duration:
+                deadline_called = True
+                if on_deadline is None:
+                    break
+                on_deadline()
+            if progress and now >= next_report:
+                print(f"\rsent {stats.line()}", end="", file=progress, flush=True)
+                next_report = now + 1.0
+    except KeyboardInterrupt:
+        stats.interrupted = True
+    if progress:
+        print(f"\rsent {stats.line()}" + (" (interrupted)" if stats.interrupted else ""), file=progress, flush=True)
+    return stats

@@ -1,0 +1,208 @@
+"""The authority responder: plays the object authorities for replicas that ask (MC-MQDSRP 3.2.7).
+
+Sans-IO core `Authorities` answers one replication message with the messages the authority
+would send; `run_responder` is the Kafka loop around it (outbound topic in, raw topic out).
+The authorities' state is the simulator's ground truth (its `partitions`).
+"""
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from streaming.envelope import decode_envelope, make_envelope
+from streaming.wire import WireError, decode, encode, mqdsrp
+from streaming.wire.properties import Property
+from streaming.wire.propids import PROPIDS, propid
+from streaming.wire.propvariant import (VT_BLOB, VT_CLSID, VT_CLSID_VECTOR, VT_LPWSTR, VT_LPWSTR_VECTOR,
+                                        VT_UI4_VECTOR)
+from streaming.wire.guid import GUID_NULL
+from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex
+
+from .truth import properties_from_json
+
+log = logging.getLogger("dirstream.responder")
+SYNC_REPLY_CHUNK = 500          # DirectoryChanges per SyncReplyMessage (the spec sets no limit)
+MQ_OK = 0
+MQDS_OBJECT_TYPES = {"queue": 1, "machine": 2, "site": 3, "connected_network": 5, "enterprise": 6, "user": 7,
+                     "routing_link": 8}
+
+# 3.2.7.8 refTable, DirectoryChangePropID column (digest §10.8): what a sync change carries, in order.
+SYNC_PROPERTIES = {
+    3: ["S_GATES", "S_INTERVAL1", "S_INTERVAL2", "S_PATHNAME", "S_PSC", "S_PSC_SIGNPK", "S_SECURITY"],
+    5: ["CN_NAME", "CN_PROTOCOLID", "CN_SECURITY"],
+    6: ["E_NAME", "E_NAMESTYLE", "E_CSP_NAME", "E_PECNAME", "E_LONG_LIVE", "E_VERSION", "E_SECURITY",
+        "E_S_INTERVAL1", "E_S_INTERVAL2", "E_CRL", "E_CSP_TYPE", "E_ENCRYPT_ALG", "E_SIGN_ALG", "E_HASH_ALG",
+        "E_CIPHER_MODE"],
+    7: ["U_SID", "U_DIGEST", "U_SIGN_CERT"],
+    8: ["L_COST", "L_NEIGHBOR1", "L_NEIGHBOR2"],
+    2: ["QM_FOREIGN", "QM_QUOTA", "QM_JOURNAL_QUOTA", "QM_CNS", "QM_MACHINE_TYPE", "QM_OS", "QM_ADDRESS",
+        "QM_CREATE_TIME", "QM_ENCRYPT_PK", "QM_INFRS", "QM_MODIFY_TIME", "QM_OUTFRS", "QM_PATHNAME", "QM_SERVICE",
+        "QM_SIGN_PK", "QM_SITE_ID", "QM_SECURITY", "QM_HASHKEY"],
+    1: ["Q_SCOPE", "Q_QMID", "Q_TYPE", "Q_BASEPRIORITY", "Q_JOURNAL", "Q_QUOTA", "Q_JOURNAL_QUOTA", "Q_CREATE_TIME",
+        "Q_MODIFY_TIME", "Q_PATHNAME", "Q_LABEL", "Q_AUTHENTICATE", "Q_PRIV_LEVEL", "Q_TRANSACTION", "Q_SECURITY",
+        "Q_HASHKEY", "Q_LABEL_HASHKEY"],
+}
+
+
+def empty_value(prop_id: int):
+    """An 'undefined' value that still encodes with the PROPID's type (digest §10.8)."""
+    vt = PROPIDS[prop_id][1]
+    return {VT_BLOB: b"", VT_CLSID: GUID_NULL, VT_LPWSTR: "", VT_CLSID_VECTOR: [], VT_LPWSTR_VECTOR: [],
+            VT_UI4_VECTOR: []}.get(vt, 0)
+
+
+@dataclass
+class Answer:
+    key: str                   # destination machine
+    envelope: dict
+
+
+class Authorities:
+    def __init__(self, truth: dict):
+        self.servers = truth["servers"]
+        self.partitions = truth["partitions"]
+        self.stats = {"sync_requests": 0, "sync_replies": 0, "already_purged": 0, "change_replies": 0,
+                      "ignored": 0}
+
+    @classmethod
+    def from_file(cls, path: str) -> "Authorities":
+        with open(path) as fh:
+            return cls(json.load(fh))
+
+    def answer(self, envelope: dict) -> list[Answer]:
+        try:
+            msg = decode("mqdsrp", envelope["body"])
+        except WireError as exc:
+            log.warning("undecodable outbound message from %s: %s", envelope.get("source_machine"), exc)
+            self.stats["ignored"] += 1
+            return []
+        if msg.sync_request is not None:
+            return self._sync(msg.sync_request, envelope)
+        if msg.change_request is not None:
+            return self._change_reply(msg.change_request, envelope)
+        self.stats["ignored"] += 1          # PSC and BSC acks need no answer
+        return []
+
+    # 3.2.7.3 Receive Sync Request
+    def _sync(self, req: mqdsrp.SyncRequestMessage, envelope: dict) -> list[Answer]:
+        self.stats["sync_requests"] += 1
+        part = self.partitions.get(req.partition_id)
+        if part is None:
+            self.stats["ignored"] += 1
+            return []
+        authority = part["authority"]
+        last, purged = seq_from_hex(part["last_seq_number"]), seq_from_hex(part["purged_seq_number"])
+        if req.from_seq_number < purged and req.known_purged_seq_number < purged:
+            self.stats["already_purged"] += 1
+            return [self._send(authority, req.requester_name, mqdsrp.AlreadyPurgedMessage(req.partition_id, purged),
+                               envelope)]
+        to = last if req.to_seq_number == MAX_SEQ_NUMBER else req.to_seq_number
+        changes = self._changes_between(req.partition_id, part, req.from_seq_number, to, purged, req.scope)
+        return self._sync_replies(authority, req, changes, to, last, purged, envelope)
+
+    def _changes_between(self, pid: str, part: dict, first: int, last: int, purged: int, scope: int):
+        changes = []
+        for guid, obj in part["objects"].items():
+            seq = seq_from_hex(obj["seq_number"])
+            object_type = MQDS_OBJECT_TYPES[obj["object_type"]]
+            props = properties_from_json(obj["properties"])
+            if not first <= seq <= last:
+                continue
+            if object_type == 1 and scope == 1 and props.get(propid("Q_SCOPE")) != 1:
+                continue        # 3.2.7.8: a PSC's request (Scope 0x01) gets enterprise-scope queues only
+            plist = [Property(propid(n), props.get(propid(n), empty_value(propid(n))))
+                     for n in SYNC_PROPERTIES[object_type]]
+            changes.append(mqdsrp.DirectoryChange(mqdsrp.CMD_SYNC, 1, None, guid, pid, 0, seq, purged, plist))
+        for d in part["deleted_objects"]:   # digest §10.3: only this partition's, within the range
+            seq = seq_from_hex(d["seq_number"])
+            if first <= seq <= last:
+                plist = [Property(propid("D_SCOPE"), d["scope"]),
+                         Property(propid("D_OBJTYPE"), MQDS_OBJECT_TYPES[d["object_type"]])]
+                changes.append(mqdsrp.DirectoryChange(mqdsrp.CMD_DELETE, 1, None, d["identifier"], pid, 0, seq,
+                                                      purged, plist))
+        changes.sort(key=lambda c: c.seq_number)    # ascending: the digest's reading of the "descending" defect
+        return changes
+
+    def _sync_replies(self, authority, req, changes, to, last, purged, envelope) -> list[Answer]:
+        chunks = [changes[i:i + SYNC_REPLY_CHUNK] for i in range(0, len(changes), SYNC_REPLY_CHUNK)] or [[]]
+        if req.is_sync0:
+            chunks = chunks[:1]             # sync0: one reply per request; CompleteSync0 = 1 asks for more
+        answers, previous = [], req.from_seq_number
+        for index, chunk in enumerate(chunks):
+            for change in chunk:            # PreviousSeqNumber chains from FromSeqNumber (3.2.7.3)
+                change.previous_seq_number, previous = previous, change.seq_number
+            more = index < len(chunks) - 1 or (req.is_sync0 and len(changes) > len(chunk))
+            chunk_to = chunk[-1].seq_number if more and chunk else to
+            complete = 0 if not req.is_sync0 else (1 if more or chunk_to != last else 2)
+            header = mqdsrp.SyncReplyHeader(req.partition_id, req.from_seq_number if index == 0 else
+                                            chunks[index - 1][-1].seq_number, chunk_to, purged, len(chunk), complete)
+            answers.append(self._send(authority, req.requester_name, mqdsrp.SyncReplyMessage(header, chunk), envelope))
+            self.stats["sync_replies"] += 1
+        return answers
+
+    # 3.2.7.6 Send Change Reply: the authority applied the change (its result is in the truth).
+    def _change_reply(self, req: mqdsrp.ChangeRequestMessage, envelope: dict) -> list[Answer]:
+        part = self.partitions.get(req.change_request_header.partition_id)
+        if part is None:
+            self.stats["ignored"] += 1
+            return []
+        self.stats["change_replies"] += 1
+        hdr = req.change_request_header
+        reply = mqdsrp.ChangeReplyMessage(hdr.request_identifier, MQ_OK, hdr.requester_name)
+        return [self._send(part["authority"], hdr.requester_name, reply, envelope)]
+
+    def _send(self, authority: str, dest: str, inner, request_envelope: dict) -> Answer:
+        server = self.servers[authority]
+        body = encode("mqdsrp", mqdsrp.new_message(server["site_id"], inner))
+        sent = request_envelope["arrival_time"]
+        sent_ms = int(sent.timestamp() * 1000) if hasattr(sent, "timestamp") else int(sent)
+        env = make_envelope("mqdsrp", body, source_machine=authority, destination_machine=dest,
+                            destination_queue=f"DIRECT=OS:{dest}\\private$\\mqis_queue$", sent_time=sent_ms + 1,
+                            sender_identifier_type="QueueManagerIdentifier", sender_identifier=server["machine_id"],
+                            authentication_level="Sig10", hash_algorithm="MD5")
+        return Answer(dest, env)
+
+
+def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: str, client: str = "confluent",
+                  idle_exit: float | None = None, from_beginning: bool = True, stop=lambda: False) -> dict:
+    """Answer every message on the outbound topic until stopped (or idle for idle_exit seconds)."""
+    from confluent_kafka import Consumer, KafkaError
+
+    from .kafka import ensure_topics, publisher
+    from .publish import publish_envelope
+
+    authorities = Authorities.from_file(truth_path)
+    ensure_topics(settings, {outbound_topic: 1})
+    consumer = Consumer(settings.confluent(**{
+        "group.id": "dirstream-responder", "enable.auto.commit": True, "session.timeout.ms": 6000,
+        "auto.offset.reset": "earliest" if from_beginning else "latest", "fetch.wait.max.ms": 50}))
+    consumer.subscribe([outbound_topic])
+    pub = publisher(client, settings)
+    last_activity = time.monotonic()
+    try:
+        while not stop():
+            batch = consumer.consume(500, 0.2)
+            for record in batch:
+                if record.error():
+                    if record.error().code() != KafkaError._PARTITION_EOF:
+                        log.warning("consumer error: %s", record.error())
+                    continue
+                try:
+                    envelope = decode_envelope(record.value())
+                except ValueError as exc:
+                    log.warning("skipping outbound record %s[%d]@%d: %s", record.topic(), record.partition(),
+                                record.offset(), exc)
+                    continue
+                for ans in authorities.answer(envelope):
+                    publish_envelope(pub, "mqdsrp", ans.key, ans.envelope, {"mqdsrp": raw_topic})
+            if batch:
+                last_activity = time.monotonic()
+                pub.flush(30)
+            elif idle_exit is not None and time.monotonic() - last_activity > idle_exit:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+        pub.close()
+    return authorities.stats
