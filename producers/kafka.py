@@ -184,10 +184,10 @@ class KafkaPythonPublisher(Publisher):
     def __init__(self, settings: KafkaSettings):
         super().__init__()
         from kafka import KafkaProducer
-        from kafka.errors import NoBrokersAvailable
+        from kafka.errors import KafkaError
         try:
             self.producer = KafkaProducer(**settings.kafka_python(linger_ms=20, request_timeout_ms=30_000))
-        except NoBrokersAvailable as exc:
+        except KafkaError as exc:
             raise KafkaUnavailable(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
 
     def send(self, topic, key, value, headers):

@@ -176,9 +176,10 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
     consumer = Consumer(settings.confluent(**{
         "group.id": "dirstream-responder", "enable.auto.commit": True, "session.timeout.ms": 6000,
         "auto.offset.reset": "earliest" if from_beginning else "latest", "fetch.wait.max.ms": 50}))
-    consumer.subscribe([outbound_topic])
+    assigned = []
+    consumer.subscribe([outbound_topic], on_assign=lambda _c, parts: assigned.extend(parts))
     pub = publisher(client, settings)
-    last_activity = time.monotonic()
+    last_activity = None                  # the idle clock starts once the group has assigned partitions
     try:
         while not stop():
             batch = consumer.consume(500, 0.2)
@@ -195,10 +196,10 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
                     continue
                 for ans in authorities.answer(envelope):
                     publish_envelope(pub, "mqdsrp", ans.key, ans.envelope, {"mqdsrp": raw_topic})
-            if batch:
+            if batch or (assigned and last_activity is None):
                 last_activity = time.monotonic()
                 pub.flush(30)
-            elif idle_exit is not None and time.monotonic() - last_activity > idle_exit:
+            elif idle_exit is not None and last_activity and time.monotonic() - last_activity > idle_exit:
                 break
     except KeyboardInterrupt:
         pass

@@ -1,0 +1,209 @@
+"""Producer scripts against the real embedded broker: simulate, replay, respond, clients, failures."""
+import base64
+import json
+import signal
+import struct
+import subprocess
+import time
+
+import pytest
+from conftest import consume_all, dirstream, free_port, vector
+
+from producers.kafka import OUTBOUND_TOPIC, TOPICS, KafkaSettings
+from producers.publish import publish_envelope
+from producers.kafka import ConfluentPublisher
+from streaming.envelope import decode_envelope, make_envelope
+from streaming.wire import WireError, decode, encode, mqdsrp
+from streaming.wire.guid import GUID_NULL
+from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex
+
+
+def consume_envelopes(bootstrap, protocols=("mqdsrp", "mqcn", "mqsd"), expect=None):
+    out = []
+    for p in protocols:
+        for r in consume_all(bootstrap, TOPICS[p], expect=None if expect is None else expect.get(p)):
+            out.append((p, r))
+    return out
+
+
+def test_broker_commands(tmp_path):
+    port, state = str(free_port()), str(tmp_path / "state")
+    started = dirstream("broker", "start", "--port", port, "--state-dir", state)
+    try:
+        assert started.returncode == 0 and "answering" in started.stdout
+        status = dirstream("broker", "status", "--port", port, "--state-dir", state)
+        assert status.returncode == 0 and f"127.0.0.1:{port}" in status.stdout
+        assert (tmp_path / "state" / "broker.log").exists()
+    finally:
+        stopped = dirstream("broker", "stop", "--state-dir", state)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    after = dirstream("broker", "status", "--port", port, "--state-dir", state)
+    assert after.returncode == 1 and "not running" in after.stdout
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_simulate_then_consume_back(broker, tmp_path, client):
+    truth_file = tmp_path / "truth.json"
+    done = dirstream("produce", "simulate", "--bootstrap", broker, "--client", client, "--seed", "3",
+                     "--count", "2000", "--truth", str(truth_file), "--partitions", "3")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    truth = json.loads(truth_file.read_text())
+    assert summary["published"] == summary["delivered"] == sum(truth["counts"].values())
+    records = consume_envelopes(broker, expect=summary["per_protocol"])
+    assert len(records) == summary["published"]
+    for protocol, record in records:
+        env = decode_envelope(record.value())
+        assert env["protocol"] == protocol.upper()
+        assert record.key().decode() == env["destination_machine"]
+        assert dict(record.headers())["protocol"] == protocol.upper().encode()
+        decode(protocol, env["body"])
+
+
+def test_fault_run_dead_letters_match(broker, tmp_path):
+    truth_file = tmp_path / "truth.json"
+    done = dirstream("produce", "simulate", "--bootstrap", broker, "--seed", "9", "--count", "1500",
+                     "--corrupt", "0.03", "--duplicate", "0.02", "--reorder", "0.2", "--truth", str(truth_file))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    failing = set()
+    for protocol, record in consume_envelopes(broker, expect=summary["per_protocol"]):
+        env = decode_envelope(record.value())
+        try:
+            decode(protocol, env["body"])
+        except WireError:
+            failing.add(env["message_id"])
+    expected = {d["message_id"] for d in json.loads(truth_file.read_text())["dead_letters"]}
+    assert expected and failing == expected
+
+
+def test_unreachable_broker_fails_fast_and_clearly():
+    started = time.monotonic()
+    done = dirstream("produce", "simulate", "--bootstrap", f"127.0.0.1:{free_port()}", "--count", "5")
+    assert time.monotonic() - started < 10
+    assert done.returncode == 1 and "cannot reach Kafka" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_kafka_option_is_a_usage_error(broker):
+    done = dirstream("produce", "simulate", "--bootstrap", broker, "--kafka-option", "novalue")
+    assert done.returncode == 2 and "key=value" in done.stderr
+
+
+def test_ctrl_c_flushes_everything_sent(broker):
+    proc = subprocess.Popen([*_exe(), "produce", "simulate", "--bootstrap", broker, "--rate", "500",
+                             "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    summary = json.loads(out)
+    assert summary["interrupted"] and summary["published"] > 100
+    assert summary["delivered"] == summary["published"]
+    assert len(consume_envelopes(broker, expect=summary["per_protocol"])) == summary["published"]
+
+
+def _exe():
+    import shutil
+    import sys
+    from pathlib import Path
+    return [shutil.which("dirstream", path=str(Path(sys.executable).parent))]
+
+
+# ---------------------------------------------------------------------------- replay
+def _pcap(frames: list[bytes]) -> bytes:
+    out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    for i, frame in enumerate(frames):
+        out += struct.pack("<IIII", 1_700_000_000 + i, 0, len(frame), len(frame)) + frame
+    return out
+
+
+def _pcapng(frames: list[bytes]) -> bytes:
+    def block(kind, body):
+        body += b"\x00" * (-len(body) % 4)
+        return struct.pack("<II", kind, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
+    out = block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    out += block(1, struct.pack("<HHI", 1, 0, 65535))
+    for i, frame in enumerate(frames):
+        ts = (1_700_000_000 + i) * 1_000_000
+        out += block(6, struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, len(frame), len(frame)) + frame)
+    return out
+
+
+def _udp_frame(payload: bytes, sport=1801, dport=1801, src=(10, 0, 0, 5), dst=(10, 0, 255, 255)) -> bytes:
+    udp = struct.pack(">HHHH", sport, dport, 8 + len(payload), 0) + payload
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, bytes(src), bytes(dst)) + udp
+    return b"\xff" * 6 + b"\x02" * 6 + b"\x08\x00" + ip
+
+
+def test_replay_every_format(broker, tmp_path):
+    request, local, remote = vector("mqsd_4_request"), vector("mqsd_4_reply_local"), vector("mqsd_4_reply_remote")
+    env = make_envelope("mqdsrp", b"\x00" * 3, source_machine="a", destination_machine="psc1",
+                        destination_queue="q", sent_time=1)
+    (tmp_path / "msgs.jsonl").write_text("\n".join([
+        json.dumps({"protocol": "MQSD", "body": base64.b64encode(request).decode(), "destination_machine": "pec0"}),
+        "{not json",
+        json.dumps({"protocol": "MQDSRP", "body": base64.b64encode(env["body"]).decode()}),
+        json.dumps({"protocol": "MQXX", "body": ""}),
+    ]) + "\n")
+    (tmp_path / "bodies.hex").write_text(f"{local.hex()}\nzz-not-hex\n# a comment\n{remote.hex(' ')}\n")
+    raw_dir = tmp_path / "raw"
+    raw_dir.mkdir()
+    (raw_dir / "a.bin").write_bytes(request)
+    (raw_dir / "b.bin").write_bytes(local)
+    frames = [_udp_frame(request), _udp_frame(remote, sport=40000), _udp_frame(b"dns", sport=53, dport=53),
+              b"\x00" * 10]
+    (tmp_path / "cap.pcap").write_bytes(_pcap(frames))
+    (tmp_path / "cap.pcapng").write_bytes(_pcapng(frames[:2]))
+
+    done = dirstream("produce", "replay", "--bootstrap", broker, str(tmp_path / "msgs.jsonl"))
+    assert done.returncode == 1 and json.loads(done.stdout)["published"] == 2
+    assert "msgs.jsonl:2: not JSON" in done.stderr and "msgs.jsonl:4: protocol must be" in done.stderr
+
+    done = dirstream("produce", "replay", "--bootstrap", broker, "--protocol", "mqsd", str(tmp_path / "bodies.hex"),
+                     str(raw_dir), str(tmp_path / "cap.pcap"), str(tmp_path / "cap.pcapng"))
+    assert done.returncode == 1, done.stderr
+    result = json.loads(done.stdout)
+    assert result == {"published": 2 + 2 + 2 + 2, "skipped": 2, "ignored_capture_packets": 1}
+    assert "bodies.hex:2: not hexadecimal" in done.stderr and "cap.pcap:packet 4" in done.stderr
+
+    bodies = sorted(decode_envelope(r.value())["body"] for r in consume_all(broker, TOPICS["mqsd"], expect=9))
+    assert bodies == sorted([request, local, remote, request, local, request, remote, request, remote])
+    captured = [decode_envelope(r.value()) for r in consume_all(broker, TOPICS["mqsd"], expect=9)]
+    from_capture = [e for e in captured if e["source_machine"] == "10.0.0.5"]
+    assert len(from_capture) == 4 and all(e["destination_machine"] == "10.0.255.255" for e in from_capture)
+    assert {int(e["sent_time"].timestamp()) for e in from_capture} == {1_700_000_000, 1_700_000_001}
+
+
+def test_replay_without_problems_exits_0(broker, tmp_path):
+    (tmp_path / "ok.hex").write_text(vector("mqsd_4_request").hex() + "\n")
+    done = dirstream("produce", "replay", "--bootstrap", broker, "--protocol", "mqsd", str(tmp_path / "ok.hex"))
+    assert done.returncode == 0 and json.loads(done.stdout)["published"] == 1
+
+
+# ---------------------------------------------------------------------------- responder
+def test_responder_answers_sync_requests_over_kafka(broker, tmp_path):
+    truth_file = tmp_path / "truth.json"
+    assert dirstream("produce", "simulate", "--bootstrap", broker, "--seed", "4", "--count", "1500",
+                     "--truth", str(truth_file)).returncode == 0
+    truth = json.loads(truth_file.read_text())
+    site = truth["servers"]["psc1"]["site_id"]
+    request = mqdsrp.new_message(site, mqdsrp.SyncRequestMessage(GUID_NULL, 0, MAX_SEQ_NUMBER, 0, 0, 1, "psc1"))
+    pub = ConfluentPublisher(KafkaSettings(broker))
+    from producers.kafka import ensure_topics
+    ensure_topics(KafkaSettings(broker), {OUTBOUND_TOPIC: 1})
+    publish_envelope(pub, "mqdsrp", "pec0", make_envelope(
+        "mqdsrp", encode("mqdsrp", request), source_machine="psc1", destination_machine="pec0",
+        destination_queue="q", sent_time=1), {"mqdsrp": OUTBOUND_TOPIC})
+    pub.close()
+    before = len(consume_all(broker, TOPICS["mqdsrp"]))
+    done = dirstream("produce", "respond", "--bootstrap", broker, "--truth", str(truth_file), "--idle-exit", "3")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["sync_replies"] >= 1
+    records = consume_all(broker, TOPICS["mqdsrp"])[before:]
+    replies = [decode("mqdsrp", decode_envelope(r.value())["body"]).sync_reply for r in records
+               if r.key() == b"psc1"]
+    replies = [r for r in replies if r is not None]
+    changes = [c for r in replies for c in r.directory_changes]
+    enterprise = truth["partitions"][GUID_NULL]
+    assert {c.guid_identifier for c in changes if c.command == mqdsrp.CMD_SYNC} == set(enterprise["objects"])
+    assert replies[-1].sync_reply_header.to_seq_number == seq_from_hex(enterprise["last_seq_number"])

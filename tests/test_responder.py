@@ -1,0 +1,97 @@
+"""The authority responder's answers (MC-MQDSRP 3.2.7.3, 3.2.7.6), sans-IO."""
+from producers.responder import SYNC_REPLY_CHUNK, Authorities
+from producers.simulator import Simulator
+from streaming.envelope import make_envelope
+from streaming.wire import decode, encode, mqdsrp
+from streaming.wire.guid import GUID_NULL
+from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex
+
+_TRUTH = None
+
+
+def truth():
+    global _TRUTH
+    if _TRUTH is None:
+        sim = Simulator(seed=21)
+        for _ in sim.messages(12_000):
+            pass
+        _TRUTH = sim.truth()
+    return _TRUTH
+
+
+def ask(inner, site=GUID_NULL, source="psc1"):
+    env = make_envelope("mqdsrp", encode("mqdsrp", mqdsrp.new_message(site, inner)), source_machine=source,
+                        destination_machine="pec0", destination_queue="q", sent_time=1000)
+    answers = Authorities(truth()).answer(env)
+    return [(a.key, decode("mqdsrp", a.envelope["body"])) for a in answers]
+
+
+def a_site_partition():
+    return next((pid, p) for pid, p in truth()["partitions"].items()
+                if pid != GUID_NULL and seq_from_hex(p["purged_seq_number"]) > 0)
+
+
+def test_full_sync_returns_every_object_in_ascending_chained_order():
+    purged = seq_from_hex(truth()["partitions"][GUID_NULL]["purged_seq_number"])
+    assert purged > 0
+    # A replica that knows the purge horizon is not AlreadyPurged (3.2.7.3 needs both tests).
+    answers = ask(mqdsrp.SyncRequestMessage(GUID_NULL, 0, MAX_SEQ_NUMBER, purged, 0, 1, "psc1"))
+    assert answers and all(key == "psc1" for key, _ in answers)
+    changes = [c for _, m in answers for c in m.sync_reply.directory_changes]
+    seqs = [c.seq_number for c in changes]
+    assert seqs == sorted(seqs)
+    assert changes[0].previous_seq_number == 0
+    assert all(b.previous_seq_number == a.seq_number for a, b in zip(changes, changes[1:]))
+    part = truth()["partitions"][GUID_NULL]
+    synced = {c.guid_identifier for c in changes if c.command == mqdsrp.CMD_SYNC}
+    deleted = {c.guid_identifier for c in changes if c.command == mqdsrp.CMD_DELETE}
+    assert synced == set(part["objects"]) and deleted == {d["identifier"] for d in part["deleted_objects"]}
+    assert answers[-1][1].sync_reply.sync_reply_header.to_seq_number == seq_from_hex(part["last_seq_number"])
+    assert all(m.header.site_id == truth()["servers"]["pec0"]["site_id"] for _, m in answers)
+
+
+def test_large_sync_is_split_into_chained_replies():
+    pid, part = max(truth()["partitions"].items(), key=lambda kv: len(kv[1]["objects"]) + len(kv[1]["deleted_objects"]))
+    purged = seq_from_hex(part["purged_seq_number"])
+    answers = ask(mqdsrp.SyncRequestMessage(pid, purged, MAX_SEQ_NUMBER, purged, 0, 1, "bsc1-1"), site=pid)
+    headers = [m.sync_reply.sync_reply_header for _, m in answers]
+    assert all(h.count <= SYNC_REPLY_CHUNK for h in headers)
+    for a, b in zip(headers, headers[1:]):
+        assert b.from_seq_number == a.to_seq_number
+
+
+def test_range_request_returns_only_changes_in_range():
+    pid, part = a_site_partition()
+    last = seq_from_hex(part["last_seq_number"])
+    answers = ask(mqdsrp.SyncRequestMessage(pid, last - 50, last, seq_from_hex(part["purged_seq_number"]), 0, 1,
+                                            "psc2"), site=pid)
+    changes = [c for _, m in answers for c in m.sync_reply.directory_changes]
+    assert changes and all(last - 50 <= c.seq_number <= last for c in changes)
+
+
+def test_request_behind_the_purge_horizon_gets_already_purged():
+    pid, part = a_site_partition()
+    purged = seq_from_hex(part["purged_seq_number"])
+    ((key, msg),) = ask(mqdsrp.SyncRequestMessage(pid, 0, MAX_SEQ_NUMBER, 0, 0, 1, "psc2"), site=pid)
+    assert key == "psc2" and msg.already_purged.purged_seq_number == purged and msg.already_purged.partition_id == pid
+
+
+def test_sync0_request_gets_one_reply_and_complete_flag():
+    pid, part = a_site_partition()
+    purged = seq_from_hex(part["purged_seq_number"])
+    answers = ask(mqdsrp.SyncRequestMessage(pid, 0, MAX_SEQ_NUMBER, purged, 1, 1, "psc2"), site=pid)
+    assert len(answers) == 1
+    header = answers[0][1].sync_reply.sync_reply_header
+    n = len(part["objects"]) + len(part["deleted_objects"])
+    assert header.complete_sync0 == (1 if n > SYNC_REPLY_CHUNK else 2)
+
+
+def test_change_request_gets_a_change_reply_to_the_requester():
+    change = mqdsrp.DirectoryChange(1, 0, "x", None, GUID_NULL, 0, 0, 0, [])
+    header = mqdsrp.ChangeRequestHeader(GUID_NULL, 42, 0, "psc2")
+    ((key, msg),) = ask(mqdsrp.ChangeRequestMessage(header, change))
+    assert key == "psc2" and (msg.change_reply.request_identifier, msg.change_reply.result) == (42, 0)
+
+
+def test_acks_need_no_answer():
+    assert ask(mqdsrp.PSCAckMessage(GUID_NULL, GUID_NULL, 256, "psc1")) == []

@@ -1,0 +1,147 @@
+"""The enterprise simulator, sans-IO: determinism, protocol-consistent traffic, and its ground truth."""
+import json
+from collections import Counter
+
+from producers.simulator import Faults, Simulator
+from streaming.envelope import encode_envelope
+from streaming.wire import WireError, decode, mqdsrp
+from streaming.wire.seqnum import seq_from_hex
+
+
+def run(seed=5, count=4000, **kw):
+    sim = Simulator(seed=seed, **kw)
+    messages = list(sim.messages(count))
+    return sim, messages
+
+
+def test_same_seed_same_messages_and_truth():
+    sim_a, a = run(seed=11, count=1500, faults=Faults(reorder=0.2, duplicate=0.05, corrupt=0.02, drop=0.05))
+    sim_b, b = run(seed=11, count=1500, faults=Faults(reorder=0.2, duplicate=0.05, corrupt=0.02, drop=0.05))
+    assert [encode_envelope(m.envelope) for m in a] == [encode_envelope(m.envelope) for m in b]
+    assert json.dumps(sim_a.truth(), sort_keys=True) == json.dumps(sim_b.truth(), sort_keys=True)
+    _, c = run(seed=12, count=1500)
+    assert [m.envelope["body"] for m in c] != [m.envelope["body"] for m in a]
+
+
+def test_every_message_decodes_and_is_keyed_by_destination():
+    sim, messages = run()
+    kinds = Counter(m.kind.split(":")[0] for m in messages)
+    assert {"ChangePropagation", "ChangeRequest", "ChangeReply", "PSCAck", "BSCAck", "v1", "v2", "request",
+            "reply"} <= set(kinds)
+    for m in messages:
+        decode(m.protocol, m.envelope["body"])
+        assert m.key == m.envelope["destination_machine"]
+
+
+def test_each_partition_propagates_consecutive_sequence_numbers_to_each_neighbour():
+    sim, messages = run(count=6000)
+    seen: dict[tuple[str, str], list[int]] = {}
+    for m in messages:
+        if m.kind == "ChangePropagation":
+            for c in decode("mqdsrp", m.envelope["body"]).change_propagation.directory_changes:
+                seen.setdefault((m.key, c.partition_id), []).append((c.previous_seq_number, c.seq_number))
+    assert seen
+    for (receiver, partition), pairs in seen.items():
+        assert pairs[0][0] == 0, (receiver, partition)
+        for (prev_a, seq_a), (prev_b, seq_b) in zip(pairs, pairs[1:]):
+            assert seq_b == seq_a + 1 and prev_b == seq_a
+    last = {pid: seq_from_hex(p["last_seq_number"]) for pid, p in sim.truth()["partitions"].items()}
+    for (receiver, partition), pairs in seen.items():
+        assert pairs[-1][1] == last[partition]      # the quiet tail flushed everything
+
+
+def test_psc_acks_fall_on_multiples_of_256():
+    _, messages = run(count=8000)
+    acks = [decode("mqdsrp", m.envelope["body"]).psc_ack for m in messages if m.kind == "PSCAck"]
+    assert acks and all(a.acked_seq_number % 256 == 0 for a in acks)
+
+
+def test_bursts_of_100_or_more_reach_one_queue_manager_within_a_window():
+    _, messages = run(count=6000, burst_rate=0.02)
+    per_qm_minute = Counter((m.key, m.envelope["sent_time"] // 60_000) for m in messages if m.protocol == "mqcn")
+    assert max(per_qm_minute.values()) >= 100
+
+
+def test_v1_creates_carry_the_15_required_properties():
+    _, messages = run(count=3000, v1_share=1.0)
+    creates = [decode("mqcn", m.envelope["body"]).updates[0] for m in messages if m.kind == "v1:0"]
+    assert creates and all(len(u.properties) >= 15 and u.use_guid == 0 for u in creates)
+
+
+def test_dead_letter_list_matches_the_corrupted_messages():
+    sim, messages = run(count=3000, faults=Faults(corrupt=0.05, unauthenticated=0.1, nack=0.05))
+    failing = set()
+    for m in messages:
+        try:
+            decode(m.protocol, m.envelope["body"])
+        except WireError:
+            failing.add(m.envelope["message_id"])
+    truth = sim.truth()
+    assert failing and failing == {d["message_id"] for d in truth["dead_letters"]}
+    unauth = {m.envelope["message_id"] for m in messages if m.envelope["authentication_level"] == "None"
+              and m.protocol == "mqcn"} - failing       # a corrupted copy of one is a dead letter first
+    assert unauth and unauth == {d["message_id"] for d in truth["discarded_notifications"]}
+    nacks = {m.envelope["message_id"] for m in messages if m.envelope["message_class"].startswith("Nack")}
+    assert nacks and nacks == set(truth["nacks"])
+
+
+def test_drops_only_remove_change_propagations():
+    sim, messages = run(count=3000, faults=Faults(drop=0.3))
+    truth = sim.truth()
+    assert truth["dropped"]
+    sent_ids = {m.envelope["message_id"] for m in messages}
+    assert not sent_ids & set(truth["dropped"])
+
+
+def test_reordering_keeps_arrival_times_in_delivery_order():
+    _, messages = run(count=2000, faults=Faults(reorder=0.5))
+    arrivals = [m.envelope["arrival_time"] for m in messages]
+    assert arrivals == sorted(arrivals)
+    sent = [m.envelope["sent_time"] for m in messages]
+    assert sent != sorted(sent)
+
+
+def test_truth_describes_every_live_object_and_queue_manager():
+    sim, _ = run(count=3000)
+    truth = sim.truth()
+    ent = sim.ent
+    assert set(truth["partitions"]) == set(ent.partitions)
+    for qm in ent.queue_managers():
+        queues = truth["queue_managers"][qm.machine_id]["queues"]
+        assert set(queues) == {q.guid for q in ent.queues_of(qm.machine_id)}
+    enterprise = truth["partitions"][mqdsrp_null()]
+    types = Counter(o["object_type"] for o in enterprise["objects"].values())
+    assert types["enterprise"] == 1 and types["site"] == 3 and types["connected_network"] == 3
+
+
+def test_discovery_truth_follows_the_client_rules():
+    sim, _ = run(count=6000)
+    results = sim.truth()["discovery"].values()
+    by = {}
+    for r in results:
+        by.setdefault(r["scenario"], set()).add(r["outcome"])
+    assert by["local"] == {"local-site"} and by["remote_then_local"] == {"local-site"}
+    assert by["remote"] == {"remote-site"} and by["none"] == {"no-reply"}
+    for r in results:
+        if r["outcome"] == "remote-site":
+            assert r["directory_servers"]
+        if r["outcome"] == "local-site":
+            assert r["directory_servers"] == [] and r["connected_networks"]
+
+
+def mqdsrp_null():
+    from streaming.wire.guid import GUID_NULL
+    return GUID_NULL
+
+
+def test_change_requests_from_bscs_go_to_their_psc():
+    sim, messages = run(count=4000)
+    for m in messages:
+        if m.kind == "ChangeRequest":
+            req = decode("mqdsrp", m.envelope["body"]).change_request
+            requester = sim.ent.servers[req.change_request_header.requester_name]
+            if requester.role == "BSC":
+                assert req.change_request_header.psc_name == sim.ent.psc_of(requester.site_id).name
+                assert m.key == req.change_request_header.psc_name
+            assert req.directory_change.use_guid == 0 and req.directory_change.seq_number == 0
+    assert mqdsrp.OP_CHANGE_REQUEST == 1
