@@ -8,9 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TOPICS = {"mqdsrp": "msmq.dsrp.raw", "mqcn": "msmq.cn.raw", "mqsd": "msmq.sd.raw"}
-OUTBOUND_TOPIC = "msmq.dsrp.out"
-PROTOCOL_HEADER = "protocol"
+from streaming.topics import OUTBOUND_TOPIC, PROTOCOL_HEADER, TOPICS  # noqa: F401  (re-exported)
 REACH_TIMEOUT_S = 5.0
 
 # librdkafka property -> kafka-python keyword

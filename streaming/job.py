@@ -1,0 +1,193 @@
+"""The streaming job: Kafka source -> decode -> idempotent sinks, one transaction per micro-batch."""
+import json
+import logging
+import os
+import sys
+import time
+from collections import defaultdict
+
+from .decode import DECODED_DDL, decode_batches
+from .kafka_offsets import EndOffsets, SourceError
+from .kafka_source import SOURCE_NAME, client_conf, register
+from .sinks import open_sink, utcnow
+from .topics import TOPICS
+
+log = logging.getLogger("dirstream.job")
+
+
+def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf: dict | None = None):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.streaming.stateStore.providerClass",
+                       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+               .config("spark.python.worker.reuse", "true"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    register(spark)
+    return spark
+
+
+def source_options(bootstrap: str, kafka_options: dict | None = None, topics: list[str] | None = None,
+                   starting_offsets: str = "earliest", max_records: int | None = None,
+                   fail_on_data_loss: bool = True, data_loss_log: str | None = None) -> dict:
+    opts = {"bootstrap": bootstrap, "topics": ",".join(topics or TOPICS.values()),
+            "startingOffsets": starting_offsets, "failOnDataLoss": str(fail_on_data_loss).lower()}
+    if max_records:
+        opts["maxRecordsPerBatch"] = str(max_records)
+    if data_loss_log:
+        opts["dataLossLog"] = data_loss_log
+    opts.update({f"kafka.{k}": v for k, v in (kafka_options or {}).items()})
+    return opts
+
+
+def decoded_stream(spark, options: dict):
+    raw = spark.readStream.format(SOURCE_NAME).options(**options).load()
+    return raw.mapInArrow(decode_batches, DECODED_DDL)
+
+
+class BatchWriter:
+    """foreachBatch: aggregates one micro-batch and writes every sink table in one transaction."""
+
+    def __init__(self, sink_url: str, source_opts: dict, query_id: str, data_loss_log: str | None = None,
+                 echo=print):
+        self.sink_url = sink_url
+        self.query_id = query_id
+        self.source_opts = source_opts
+        self.data_loss_log = data_loss_log
+        self.echo = echo
+        self._sink = None
+        self._offsets = None
+        self._ends: dict[tuple[str, int], int] = {}
+        self._skipped_seen = 0
+
+    @property
+    def sink(self):
+        if self._sink is None:
+            self._sink = open_sink(self.sink_url)
+        return self._sink
+
+    def __call__(self, df, batch_id: int) -> None:
+        started = utcnow()
+        t0 = time.monotonic()
+        query_id = self.query_id
+        if not self._ends:
+            self._restore_ends(query_id)
+        df = df.persist()
+        try:
+            rows = self.collect(df, batch_id)
+        finally:
+            df.unpersist()
+        progress = self.progress_row(query_id, batch_id, started, t0, rows.pop("_counts"))
+        rows["pipeline_progress"] = [progress]
+        written = self.sink.write_batch(query_id, batch_id, rows)
+        self.echo(f"batch {batch_id}: {progress['input_rows']} rows ({progress['dead_letters']} dead letters) in "
+                  f"{progress['duration_ms']} ms, {progress['rows_per_second']:,.0f} rows/s, lag {progress['total_lag']}"
+                  + ("" if written else " (already written: skipped)"))
+
+    def collect(self, df, batch_id: int) -> dict:
+        from pyspark.sql import functions as F
+        per_partition = df.groupBy("topic", "partition").agg(F.count("*").alias("n"), F.max("offset").alias("last"),
+                                                             F.sum(F.when(F.col("ok"), 0).otherwise(1)).alias("bad"))
+        counts = [r.asDict() for r in per_partition.collect()]
+        seen = (df.withColumn("server", F.coalesce("destination_machine", "key", F.lit("(unknown)")))
+                  .withColumn("minute", F.date_trunc("minute", F.coalesce("arrival_time", "kafka_timestamp")))
+                  .withColumn("protocol", F.coalesce("protocol", F.lit("(unknown)")))
+                  .groupBy("protocol", "server", "minute")
+                  .agg(F.count("*").alias("messages"), F.sum(F.when(F.col("ok"), 0).otherwise(1)).alias("dead_letters")))
+        dead = df.filter(~F.col("ok")).select(
+            "topic", F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
+            F.col("key").alias("kafka_key"), "protocol", "error_structure", "error_field", "error_offset",
+            "error_reason", "error", "raw_value", "message_id", "source_machine", "destination_machine",
+            "arrival_time")
+        now = utcnow()
+        return {
+            "_counts": counts,
+            "raw_messages_seen": [r.asDict() for r in seen.collect()],
+            "dead_letters": [dict(r.asDict(), batch_id=batch_id, recorded_at=now) for r in dead.collect()],
+        }
+
+    def progress_row(self, query_id: str, batch_id: int, started, t0: float, counts: list[dict]) -> dict:
+        for c in counts:
+            self._ends[(c["topic"], c["partition"])] = c["last"] + 1
+        latest = self._latest()
+        lag = {f"{t}[{p}]": max(latest.get((t, p), end) - end, 0) for (t, p), end in sorted(self._ends.items())}
+        for tp, end in latest.items():
+            if tp not in self._ends and end > 0:
+                lag[f"{tp[0]}[{tp[1]}]"] = end
+        total = sum(c["n"] for c in counts)
+        bad = sum(c["bad"] for c in counts)
+        duration = time.monotonic() - t0
+        return {"query_id": query_id, "batch_id": batch_id, "started_at": started, "finished_at": utcnow(),
+                "input_rows": total, "good_rows": total - bad, "dead_letters": bad,
+                "rows_per_second": total / duration if duration > 0 else 0.0, "duration_ms": int(duration * 1000),
+                "end_offsets": {f"{t}[{p}]": e for (t, p), e in sorted(self._ends.items())}, "lag": lag,
+                "total_lag": sum(lag.values()), "skipped_offsets": self._skipped()}
+
+    def _latest(self) -> dict:
+        try:
+            if self._offsets is None:
+                opts = self.source_opts
+                topics = [t for t in opts.get("topics", "").split(",") if t] or None
+                self._offsets = EndOffsets(client_conf(opts), topics, opts.get("topicPattern"))
+            return self._offsets.ends()
+        except (SourceError, Exception) as exc:        # lag is informative; never fail a batch over it
+            log.warning("could not read end offsets for lag: %s", exc)
+            return {}
+
+    def _skipped(self) -> int:
+        if not self.data_loss_log or not os.path.exists(self.data_loss_log):
+            return 0
+        with open(self.data_loss_log) as fh:
+            return sum(json.loads(line)["skipped"] for line in fh if line.strip())
+
+    def _restore_ends(self, query_id: str) -> None:
+        last = self.sink.last_progress(query_id)
+        if last and last.get("end_offsets"):
+            ends = last["end_offsets"]
+            ends = json.loads(ends) if isinstance(ends, str) else ends
+            for name, end in ends.items():
+                topic, _, part = name.rpartition("[")
+                self._ends[(topic, int(part.rstrip("]")))] = end
+
+
+def parse_trigger(text: str) -> str:
+    text = text.strip()
+    units = {"ms": "milliseconds", "s": "seconds", "m": "minutes"}
+    for suffix in ("ms", "s", "m"):
+        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
+            return f"{text[: -len(suffix)]} {units[suffix]}"
+    raise ValueError(f"--trigger takes a duration like 500ms, 2s or 1m, got {text!r}")
+
+
+def start_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
+                trigger: str = "2s", echo=print):
+    from pyspark.sql.streaming import StreamingQuery  # noqa: F401
+    data_loss_log = source_opts.get("dataLossLog")
+    writer = BatchWriter(sink_url, source_opts, checkpoint_query_id(checkpoint), data_loss_log, echo)
+    writer.sink  # open (and create tables) before starting, so a bad URL fails fast
+    decoded = decoded_stream(spark, source_opts)
+    stream = (decoded.writeStream.queryName("dirstream").option("checkpointLocation", checkpoint)
+              .foreachBatch(writer))
+    stream = stream.trigger(availableNow=True) if once else stream.trigger(processingTime=parse_trigger(trigger))
+    return stream.start()
+
+
+def checkpoint_query_id(checkpoint: str) -> str:
+    """A stable id for the query of this checkpoint: batch ids restart at 0 with a new checkpoint,
+    so the sinks key their exactly-once markers by (query id, batch id)."""
+    import uuid
+    os.makedirs(checkpoint, exist_ok=True)
+    path = os.path.join(checkpoint, "dirstream-query-id")
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w") as fh:
+            fh.write(str(uuid.uuid4()))
+        os.replace(path + ".tmp", path)
+    with open(path) as fh:
+        return fh.read().strip()

@@ -1,0 +1,238 @@
+"""A PySpark Python streaming data source over confluent-kafka, registered as "msmq_kafka".
+
+Offsets live in Spark's checkpoint ({"topic": {"partition": offset}}), so a restarted query resumes
+exactly where it committed. Each Kafka partition is one Spark partition, read into Arrow record
+batches. Options:
+
+  bootstrap          Kafka bootstrap servers (required)
+  topics             comma-separated topic names, or
+  topicPattern       a regular expression over topic names (new matching topics are picked up)
+  startingOffsets    earliest (default), latest, or JSON {"topic": {"0": 42}}
+  maxRecordsPerBatch cap on records per micro-batch (admission control)
+  failOnDataLoss     true (default): fail when offsets to read were deleted; false: skip ahead
+  dataLossLog        file that records skipped offsets when failOnDataLoss is false
+  kafka.<setting>    any Kafka client setting (security.protocol, sasl.*, ssl.*, ...)
+"""
+import json
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+
+from .kafka_offsets import EndOffsets, SourceError, flatten, nest
+
+SOURCE_NAME = "msmq_kafka"
+SCHEMA = StructType([
+    StructField("topic", StringType(), False), StructField("partition", IntegerType(), False),
+    StructField("offset", LongType(), False), StructField("timestamp", TimestampType(), True),
+    StructField("key", BinaryType(), True), StructField("value", BinaryType(), True),
+])
+ARROW_SCHEMA = pa.schema([
+    pa.field("topic", pa.string(), nullable=False), pa.field("partition", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False), ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("key", pa.binary()), ("value", pa.binary()),
+])
+ARROW_BATCH_ROWS = 10_000
+READ_IDLE_TIMEOUT_S = 60.0
+
+
+@dataclass
+class KafkaInputPartition(InputPartition):
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    def __init__(self, topic: str, partition: int, start: int, end: int):
+        super().__init__(f"{topic}[{partition}]:{start}-{end}")
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+def client_conf(options: dict) -> dict:
+    bootstrap = options.get("bootstrap")
+    if not bootstrap:
+        raise SourceError("the msmq_kafka source needs the option bootstrap")
+    conf = {"bootstrap.servers": bootstrap}
+    conf.update({k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")})
+    return conf
+
+
+class KafkaSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self):
+        return SCHEMA
+
+    def streamReader(self, schema):
+        return KafkaStreamReader(dict(self.options))
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict):
+        self.options = options
+        self.conf = client_conf(options)
+        topics = [t.strip() for t in options.get("topics", "").split(",") if t.strip()]
+        self.pattern = options.get("topicPattern")
+        if not topics and not self.pattern:
+            raise SourceError("the msmq_kafka source needs the option topics or topicPattern")
+        self.topics = topics or None
+        self.max_records = int(options["maxRecordsPerBatch"]) if options.get("maxRecordsPerBatch") else None
+        self.fail_on_data_loss = options.get("failOnDataLoss", "true").lower() != "false"
+        self.available_now_target: dict | None = None
+        self._offsets: EndOffsets | None = None
+
+    # The driver-side Kafka client is not shipped to executors.
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_offsets"] = None
+        return state
+
+    @property
+    def offsets(self) -> EndOffsets:
+        if self._offsets is None:
+            self._offsets = EndOffsets(self.conf, self.topics, self.pattern)
+        return self._offsets
+
+    # ---------------------------------------------------------------- offsets
+    def initialOffset(self) -> dict:
+        starting = self.options.get("startingOffsets", "earliest").strip()
+        partitions = self.offsets.partitions()
+        if starting == "latest":
+            return nest(self.offsets.ends(partitions))
+        if starting == "earliest":
+            return nest({tp: self.offsets.low(tp) for tp in partitions})
+        try:
+            given = flatten(json.loads(starting))
+        except (ValueError, AttributeError) as exc:
+            raise SourceError(f"startingOffsets must be earliest, latest or JSON "
+                              f'{{"topic": {{"0": 42}}}}: {exc}') from None
+        return nest({tp: given.get(tp, self.offsets.low(tp)) for tp in partitions})
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now_target = nest(self.offsets.ends())
+
+    def reportLatestOffset(self):
+        return nest(self.offsets.ends())
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        begin = flatten(start)
+        if self.available_now_target is not None:
+            ends = flatten(self.available_now_target)
+        else:
+            ends = self.offsets.ends()
+        for tp in ends:                         # partitions added while running start at their beginning
+            begin.setdefault(tp, 0)
+        ends = {tp: max(ends.get(tp, begin[tp]), begin[tp]) for tp in begin}
+        if isinstance(limit, ReadMaxRows):
+            ends = _cap(begin, ends, limit.max_rows)
+        return nest(ends)
+
+    def partitions(self, start: dict, end: dict):
+        begin, finish = flatten(start), flatten(end)
+        parts = []
+        for tp, stop in sorted(finish.items()):
+            first = begin.get(tp, 0)
+            if stop <= first:
+                continue
+            first = self._check_data_loss(tp, first, stop)
+            if stop > first:
+                parts.append(KafkaInputPartition(tp[0], tp[1], first, stop))
+        return parts
+
+    def _check_data_loss(self, tp: tuple[str, int], first: int, stop: int) -> int:
+        low = self.offsets.low(tp)
+        if low <= first:
+            return first
+        if self.fail_on_data_loss:
+            raise SourceError(f"offsets {first}..{min(low, stop) - 1} of {tp[0]}[{tp[1]}] were deleted before they "
+                              f"were read (earliest available: {low}); restart with --skip-data-loss to skip them")
+        skipped = min(low, stop) - first
+        log_path = self.options.get("dataLossLog")
+        if log_path:
+            with open(log_path, "a") as fh:
+                fh.write(json.dumps({"topic": tp[0], "partition": tp[1], "from": first, "skipped": skipped,
+                                     "at": time.time()}) + "\n")
+        return min(low, stop)
+
+    def commit(self, end: dict) -> None:
+        pass                                    # offsets are Spark's checkpoint; nothing to commit to Kafka
+
+    def stop(self) -> None:
+        if self._offsets is not None:
+            self._offsets.close()
+
+    # ---------------------------------------------------------------- executors
+    def read(self, partition: KafkaInputPartition):
+        from confluent_kafka import Consumer, TopicPartition
+        consumer = Consumer({**self.conf, "group.id": self.conf.get("group.id", "dirstream-source"),
+                             "enable.auto.commit": False, "auto.offset.reset": "error",
+                             "fetch.wait.max.ms": 10, "log_level": self.conf.get("log_level", 3)})
+        try:
+            consumer.assign([TopicPartition(partition.topic, partition.partition, partition.start)])
+            yield from _read_range(consumer, partition)
+        finally:
+            consumer.close()
+
+
+def _read_range(consumer, part: KafkaInputPartition):
+    columns = {name: [] for name in ARROW_SCHEMA.names}
+    position, last_data = part.start, time.monotonic()
+    while position < part.end:
+        batch = consumer.consume(min(ARROW_BATCH_ROWS, part.end - position), 1.0)
+        if not batch and time.monotonic() - last_data > READ_IDLE_TIMEOUT_S:
+            raise SourceError(f"{part.topic}[{part.partition}]: no records after offset {position} within "
+                              f"{READ_IDLE_TIMEOUT_S:.0f} s, expected up to {part.end - 1}")
+        for msg in batch:
+            err = msg.error()
+            if err is not None:
+                if err.code() == -191:          # _PARTITION_EOF is off; anything else is real
+                    continue
+                raise SourceError(f"reading {part.topic}[{part.partition}] at {position} failed: {err.str()}")
+            offset = msg.offset()
+            if offset >= part.end:
+                position = part.end
+                break
+            ts_type, ts = msg.timestamp()
+            columns["topic"].append(part.topic)
+            columns["partition"].append(part.partition)
+            columns["offset"].append(offset)
+            columns["timestamp"].append(ts * 1000 if ts_type and ts >= 0 else None)
+            columns["key"].append(msg.key())
+            columns["value"].append(msg.value())
+            position = offset + 1
+        if batch:
+            last_data = time.monotonic()
+        if len(columns["offset"]) >= ARROW_BATCH_ROWS:
+            yield _to_batch(columns)
+            columns = {name: [] for name in ARROW_SCHEMA.names}
+    if columns["offset"]:
+        yield _to_batch(columns)
+
+
+def _to_batch(columns: dict) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in ARROW_SCHEMA],
+                                      schema=ARROW_SCHEMA)
+
+
+def _cap(begin: dict, ends: dict, max_rows: int) -> dict:
+    """Admission control: share max_rows across partitions with data, in proportion to their backlog."""
+    backlog = {tp: ends[tp] - begin[tp] for tp in ends if ends[tp] > begin[tp]}
+    total = sum(backlog.values())
+    if total <= max_rows:
+        return ends
+    capped = dict(begin)
+    for tp, n in backlog.items():
+        capped[tp] = begin[tp] + max(1, n * max_rows // total)
+    return capped
+
+
+def register(spark) -> None:
+    spark.dataSource.register(KafkaSource)

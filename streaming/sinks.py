@@ -1,0 +1,238 @@
+"""Idempotent sinks: SQLite (embedded default, WAL) and PostgreSQL, chosen by URL.
+
+Every micro-batch is written in one transaction together with its (query id, batch id) in
+`sink_batches`; a batch already recorded there is skipped, so a replay after a crash neither
+duplicates nor loses rows. Tables are created on first use.
+"""
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlparse
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[tuple[str, str], ...]        # (name, type): text, bigint, double, bool, bytes, timestamp, json
+    key: tuple[str, ...]
+    mode: str = "insert"                        # insert (keep first) | accumulate (add counts) | replace (upsert)
+    counters: tuple[str, ...] = ()
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c for c, _ in self.columns]
+
+
+TABLES: dict[str, Table] = {}
+
+
+def table(name, columns, key, mode="insert", counters=()) -> Table:
+    t = Table(name, tuple(columns), tuple(key), mode, tuple(counters))
+    TABLES[name] = t
+    return t
+
+
+SINK_BATCHES = table("sink_batches", [("query_id", "text"), ("batch_id", "bigint"), ("committed_at", "timestamp")],
+                     ["query_id", "batch_id"])
+DEAD_LETTERS = table("dead_letters", [
+    ("topic", "text"), ("kafka_partition", "bigint"), ("kafka_offset", "bigint"), ("batch_id", "bigint"),
+    ("kafka_key", "text"), ("protocol", "text"), ("error_structure", "text"), ("error_field", "text"),
+    ("error_offset", "bigint"), ("error_reason", "text"), ("error", "text"), ("raw_value", "bytes"),
+    ("message_id", "text"), ("source_machine", "text"), ("destination_machine", "text"),
+    ("arrival_time", "timestamp"), ("recorded_at", "timestamp")], ["topic", "kafka_partition", "kafka_offset"])
+RAW_MESSAGES_SEEN = table("raw_messages_seen", [
+    ("protocol", "text"), ("server", "text"), ("minute", "timestamp"), ("messages", "bigint"),
+    ("dead_letters", "bigint")], ["protocol", "server", "minute"], mode="accumulate",
+    counters=("messages", "dead_letters"))
+PIPELINE_PROGRESS = table("pipeline_progress", [
+    ("query_id", "text"), ("batch_id", "bigint"), ("started_at", "timestamp"), ("finished_at", "timestamp"),
+    ("input_rows", "bigint"), ("good_rows", "bigint"), ("dead_letters", "bigint"), ("rows_per_second", "double"),
+    ("duration_ms", "bigint"), ("end_offsets", "json"), ("lag", "json"), ("total_lag", "bigint"),
+    ("skipped_offsets", "bigint")], ["query_id", "batch_id"])
+
+_SQL_TYPES = {
+    "sqlite": {"text": "TEXT", "bigint": "INTEGER", "double": "REAL", "bool": "INTEGER", "bytes": "BLOB",
+               "timestamp": "TEXT", "json": "TEXT"},
+    "postgresql": {"text": "TEXT", "bigint": "BIGINT", "double": "DOUBLE PRECISION", "bool": "BOOLEAN",
+                   "bytes": "BYTEA", "timestamp": "TIMESTAMPTZ", "json": "JSONB"},
+}
+
+
+class SinkError(RuntimeError):
+    pass
+
+
+def open_sink(url: str) -> "Sink":
+    scheme = urlparse(url).scheme
+    if scheme == "sqlite":
+        return SQLiteSink(url)
+    if scheme in ("postgresql", "postgres"):
+        return PostgresSink(url)
+    raise SinkError(f"unsupported sink URL {url!r}: use sqlite:///path.db or postgresql://user@host/db")
+
+
+class Sink:
+    dialect = ""
+    placeholder = "?"
+
+    def __init__(self, url: str):
+        self.url = url
+        self.conn = self._connect()
+        self.ensure_schema()
+
+    # ---------------------------------------------------------------- schema
+    def ensure_schema(self, tables=None) -> None:
+        cur = self.conn.cursor()
+        for t in (tables or TABLES.values()):
+            cols = ", ".join(f"{c} {_SQL_TYPES[self.dialect][ty]}" for c, ty in t.columns)
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {t.name} ({cols}, PRIMARY KEY ({', '.join(t.key)}))")
+        self.conn.commit()
+
+    # ---------------------------------------------------------------- writing
+    def write_batch(self, query_id: str, batch_id: int, rows: dict[str, list[dict]]) -> bool:
+        """Write every table's rows and the batch marker atomically; False if the batch was already written."""
+        with self._transaction() as cur:
+            cur.execute(f"SELECT 1 FROM sink_batches WHERE query_id = {self.placeholder} AND batch_id = "
+                        f"{self.placeholder}", (query_id, batch_id))
+            if cur.fetchone():
+                return False
+            for name, table_rows in rows.items():
+                if table_rows:
+                    t = TABLES[name]
+                    cur.executemany(self._upsert_sql(t), [self._values(t, r) for r in table_rows])
+            cur.execute(self._upsert_sql(SINK_BATCHES), (query_id, batch_id, self._value("timestamp", utcnow())))
+        return True
+
+    def _upsert_sql(self, t: Table) -> str:
+        names = t.column_names
+        marks = ", ".join([self.placeholder] * len(names))
+        conflict = f"ON CONFLICT ({', '.join(t.key)})"
+        if t.mode == "insert":
+            action = "DO NOTHING"
+        elif t.mode == "accumulate":
+            action = "DO UPDATE SET " + ", ".join(f"{c} = {t.name}.{c} + excluded.{c}" for c in t.counters)
+        else:
+            action = "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in names if c not in t.key)
+        return f"INSERT INTO {t.name} ({', '.join(names)}) VALUES ({marks}) {conflict} {action}"
+
+    def _values(self, t: Table, row: dict) -> tuple:
+        return tuple(self._value(ty, row.get(c)) for c, ty in t.columns)
+
+    def _value(self, ty: str, v):
+        if v is None:
+            return None
+        if ty == "json":
+            return json.dumps(v, sort_keys=True)
+        return v
+
+    # ---------------------------------------------------------------- reading (tests, verify, dashboard)
+    def query(self, sql: str, params: tuple = ()) -> list[dict]:
+        cur = self.conn.cursor()
+        cur.execute(sql, params)
+        names = [d[0] for d in cur.description]
+        out = [dict(zip(names, row)) for row in cur.fetchall()]
+        self.conn.commit()
+        return out
+
+    def last_progress(self, query_id: str) -> dict | None:
+        rows = self.query(f"SELECT * FROM pipeline_progress WHERE query_id = {self.placeholder} "
+                          f"ORDER BY batch_id DESC LIMIT 1", (query_id,))
+        return rows[0] if rows else None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class SQLiteSink(Sink):
+    dialect = "sqlite"
+
+    def _connect(self):
+        # sqlite:///relative/path.db or sqlite:////absolute/path.db
+        path = self.url[len("sqlite:///"):] if self.url.startswith("sqlite:///") else ""
+        if not path:
+            raise SinkError(f"sqlite URL {self.url!r} names no file")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")          # readers (the dashboard) watch while the job writes
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return _SQLiteConnection(conn)
+
+    def _transaction(self):
+        return _SQLiteTransaction(self.conn.raw)
+
+    def _value(self, ty: str, v):
+        if v is not None and ty == "timestamp" and isinstance(v, datetime):
+            return iso(v)
+        if v is not None and ty == "bool":
+            return int(bool(v))
+        return super()._value(ty, v)
+
+
+class _SQLiteConnection:
+    """sqlite3 in autocommit mode, with explicit BEGIN IMMEDIATE transactions."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def cursor(self):
+        return self.raw.cursor()
+
+    def commit(self):
+        pass
+
+    def close(self):
+        self.raw.close()
+
+
+class _SQLiteTransaction:
+    def __init__(self, raw):
+        self.raw = raw
+
+    def __enter__(self):
+        self.cur = self.raw.cursor()
+        self.cur.execute("BEGIN IMMEDIATE")
+        return self.cur
+
+    def __exit__(self, exc_type, exc, tb):
+        self.cur.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        return False
+
+
+class PostgresSink(Sink):
+    dialect = "postgresql"
+    placeholder = "%s"
+
+    def _connect(self):
+        import psycopg
+        try:
+            return psycopg.connect(self.url.replace("postgres://", "postgresql://", 1), connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            raise SinkError(f"cannot open PostgreSQL sink {self.url}: {exc}") from None
+
+    def _transaction(self):
+        return _PostgresTransaction(self.conn)
+
+
+class _PostgresTransaction:
+    def __init__(self, conn):
+        self.conn = conn
+
+    def __enter__(self):
+        self.tx = self.conn.transaction()
+        self.tx.__enter__()
+        return self.conn.cursor()
+
+    def __exit__(self, *exc):
+        return self.tx.__exit__(*exc)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(ts: datetime) -> str:
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=timezone.utc)
+    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds")
