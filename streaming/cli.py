@@ -1,4 +1,4 @@
-"""The `dirstream` command: decode, broker, produce (more arrive with the job)."""
+"""The `dirstream` command: decode, broker, produce, run."""
 import argparse
 import json
 import sys
@@ -53,8 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--hex", help="the body as hex digits (whitespace allowed)")
     source.add_argument("--file", help="a file holding the raw body bytes ('-' for stdin)")
     dec.set_defaults(func=cmd_decode)
-    from producers.cli import register
+    from producers.cli import add_kafka_arguments, register
     register(sub)
+    from .run_cli import register as register_run
+    register_run(sub, add_kafka_arguments)
     return parser
 
 

@@ -25,7 +25,8 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.streaming.stateStore.providerClass",
                        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-               .config("spark.python.worker.reuse", "true"))
+               .config("spark.python.worker.reuse", "true")
+               .config("spark.ui.showConsoleProgress", "false"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

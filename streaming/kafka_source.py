@@ -85,6 +85,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.fail_on_data_loss = options.get("failOnDataLoss", "true").lower() != "false"
         self.available_now_target: dict | None = None
         self._offsets: EndOffsets | None = None
+        self._reset_logged: dict[tuple[str, int], int] = {}
 
     # The driver-side Kafka client is not shipped to executors.
     def __getstate__(self):
@@ -130,6 +131,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = self.offsets.ends()
         for tp in ends:                         # partitions added while running start at their beginning
             begin.setdefault(tp, 0)
+        for tp, end in ends.items():
+            if end < begin[tp]:
+                self._offsets_went_back(tp, begin[tp], end)
         ends = {tp: max(ends.get(tp, begin[tp]), begin[tp]) for tp in begin}
         if isinstance(limit, ReadMaxRows):
             ends = _cap(begin, ends, limit.max_rows)
@@ -147,6 +151,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 parts.append(KafkaInputPartition(tp[0], tp[1], first, stop))
         return parts
 
+    def _offsets_went_back(self, tp: tuple[str, int], position: int, end: int) -> None:
+        """The partition now ends before the checkpointed position: the topic was deleted and recreated
+        (or truncated). Fail, or skip its offsets below the position (they are counted once)."""
+        if self.fail_on_data_loss:
+            raise SourceError(f"{tp[0]}[{tp[1]}] now ends at offset {end} but the checkpoint has read up to "
+                              f"{position}: the topic was recreated or truncated; restart with --skip-data-loss "
+                              f"to continue from offset {position}")
+        if self._reset_logged.get(tp) != position:
+            self._reset_logged[tp] = position
+            self._log_skipped(tp, self.offsets.low(tp), position - self.offsets.low(tp))
+
+    def _log_skipped(self, tp: tuple[str, int], first: int, skipped: int) -> None:
+        log_path = self.options.get("dataLossLog")
+        if log_path and skipped > 0:
+            with open(log_path, "a") as fh:
+                fh.write(json.dumps({"topic": tp[0], "partition": tp[1], "from": first, "skipped": skipped,
+                                     "at": time.time()}) + "\n")
+
     def _check_data_loss(self, tp: tuple[str, int], first: int, stop: int) -> int:
         low = self.offsets.low(tp)
         if low <= first:
@@ -154,12 +176,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.fail_on_data_loss:
             raise SourceError(f"offsets {first}..{min(low, stop) - 1} of {tp[0]}[{tp[1]}] were deleted before they "
                               f"were read (earliest available: {low}); restart with --skip-data-loss to skip them")
-        skipped = min(low, stop) - first
-        log_path = self.options.get("dataLossLog")
-        if log_path:
-            with open(log_path, "a") as fh:
-                fh.write(json.dumps({"topic": tp[0], "partition": tp[1], "from": first, "skipped": skipped,
-                                     "at": time.time()}) + "\n")
+        self._log_skipped(tp, first, min(low, stop) - first)
         return min(low, stop)
 
     def commit(self, end: dict) -> None:

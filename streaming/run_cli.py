@@ -1,0 +1,107 @@
+"""`dirstream run`: the long-running streaming job."""
+import logging
+import signal
+import sys
+import time
+
+DEFAULT_SINK = "sqlite:///var/dirstream.db"
+DEFAULT_CHECKPOINT = "var/checkpoint"
+
+
+def register(sub, add_kafka_arguments) -> None:
+    run = sub.add_parser("run", help="run the streaming job: Kafka -> decode -> sink tables",
+                         description="Runs until stopped (Ctrl-C stops it cleanly after the current batch).")
+    add_kafka_arguments(run)
+    run.add_argument("--sink", default=DEFAULT_SINK, help=f"sqlite:///path.db or postgresql://... "
+                                                          f"(default {DEFAULT_SINK})")
+    run.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help=f"Spark checkpoint dir (default "
+                                                                      f"{DEFAULT_CHECKPOINT})")
+    run.add_argument("--once", action="store_true", help="process everything available now, then exit")
+    run.add_argument("--trigger", default="2s", help="micro-batch interval, e.g. 500ms, 2s, 1m (default 2s)")
+    run.add_argument("--master", default="local[*]", help="Spark master: local[*], spark://host:7077, k8s://...")
+    run.add_argument("--max-records", type=int, default=200_000, help="records per micro-batch at most")
+    run.add_argument("--starting-offsets", default="earliest",
+                     help='earliest, latest, or JSON {"topic": {"0": 42}} (first run only)')
+    run.add_argument("--skip-data-loss", action="store_true",
+                     help="skip offsets deleted before they were read (counted in pipeline_progress) instead of failing")
+    topics = run.add_mutually_exclusive_group()
+    topics.add_argument("--topics", help="comma-separated topics (default: the three raw topics)")
+    topics.add_argument("--topic-pattern", help="regular expression over topic names")
+    run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                     help="extra Spark setting; repeatable")
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_run(args) -> int:
+    import os
+
+    from .job import build_spark, source_options, start_query
+    from .kafka_offsets import SourceError
+    from .sinks import SinkError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    log = logging.getLogger("dirstream.run")
+    settings_options = _kafka_options(args)
+    os.makedirs(args.checkpoint, exist_ok=True)
+    opts = source_options(args.bootstrap, settings_options,
+                          args.topics.split(",") if args.topics else None, args.starting_offsets, args.max_records,
+                          not args.skip_data_loss, os.path.join(args.checkpoint, "skipped-offsets.jsonl"))
+    if args.topic_pattern:
+        opts.pop("topics")
+        opts["topicPattern"] = args.topic_pattern
+    conf = dict(item.split("=", 1) for item in args.spark_conf)
+    log.info("reading %s from %s; writing %s; checkpoint %s; master %s", opts.get("topics") or opts["topicPattern"],
+             args.bootstrap, args.sink, args.checkpoint, args.master)
+    spark = build_spark(args.master, conf=conf)
+    try:
+        query = start_query(spark, sink_url=args.sink, checkpoint=args.checkpoint, source_opts=opts,
+                            once=args.once, trigger=args.trigger, echo=lambda line: log.info("%s", line))
+    except (SourceError, SinkError, ValueError) as exc:
+        print(f"dirstream run: {exc}", file=sys.stderr)
+        return 2
+    return _supervise(query, log)
+
+
+def _kafka_options(args) -> dict:
+    from producers.kafka import KafkaSettings
+    return KafkaSettings.from_args(args.bootstrap, args.kafka_config, args.kafka_option).options
+
+
+def _supervise(query, log) -> int:
+    """Wait for the query; the first Ctrl-C (or SIGTERM) stops it after the batch in flight."""
+    stop = {"requested": False}
+
+    def request_stop(signum, _frame):
+        if stop["requested"]:
+            raise KeyboardInterrupt
+        stop["requested"] = True
+        log.info("stopping after the current batch (Ctrl-C again to stop at once)")
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        while query.isActive:
+            query.awaitTermination(0.5)
+            if stop["requested"]:
+                deadline = time.monotonic() + 600
+                while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                query.stop()
+                break
+    except KeyboardInterrupt:
+        query.stop()
+    error = query.exception()
+    if error is not None:
+        print(f"dirstream run: the query failed: {_short(error)}", file=sys.stderr)
+        return 1
+    log.info("stopped cleanly")
+    return 0
+
+
+def _short(error) -> str:
+    text = str(error)
+    for marker in ("SourceError: ", "SinkError: "):
+        if marker in text:
+            return text[text.index(marker) + len(marker):].split("\n")[0]
+    return text.split("\n=== Streaming Query ===")[0][-2000:]
