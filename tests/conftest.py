@@ -72,3 +72,39 @@ def dirstream(*args, timeout: float = 300, **kwargs):
     import sys
     exe = shutil.which("dirstream", path=str(Path(sys.executable).parent)) or "dirstream"
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession for the whole test session (2 local cores)."""
+    from streaming.job import build_spark
+    session = build_spark("local[2]", conf={"spark.sql.shuffle.partitions": "2",
+                                             "spark.driver.memory": "2g"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh PostgreSQL database on the local server, dropped afterwards."""
+    import uuid
+    import psycopg
+    name = f"dirstream_test_{uuid.uuid4().hex[:10]}"
+    admin = "postgresql://postgres@127.0.0.1:5432/test"
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL on 127.0.0.1:5432 is needed for this test: {exc}")
+    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def simulate(bootstrap: str, tmp_path, *args) -> tuple[dict, dict]:
+    """Run `dirstream produce simulate`; returns (summary, truth)."""
+    import json
+    truth = tmp_path / f"truth-{len(list(tmp_path.glob('truth-*')))}.json"
+    done = dirstream("produce", "simulate", "--bootstrap", bootstrap, "--truth", str(truth), *args)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), json.loads(truth.read_text())

@@ -22,9 +22,10 @@ def test_decoded_record_validates_and_survives_avro(protocol, name, body):
 
 
 def test_flagged_records_validate_too():
+    text = "<Notification><Event>9</Event><ObjectGuid>11223344-5566-7788-99aa-bbccddeeff00</ObjectGuid>" \
+           "<DomainController>DC1</DomainController></Notification>"
     for protocol, body, flags_of in [
-        ("mqcn", b"\x03\x01abc", lambda d: d["flags"]),
-        ("mqdsrp", b"\x01" + bytes(17) + b"x", lambda d: d["flags"]),
+        ("mqcn", b"\x02\x01" + text.encode("utf-16-le"), lambda d: d["flags"] + d["body"]["flags"]),
         ("mqsd", b"\x05\x01\x00\x00" + bytes(48) + b"\x01", lambda d: d["client_request"]["flags"]),
     ]:
         record = decode(protocol, body)

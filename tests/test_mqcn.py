@@ -87,10 +87,10 @@ def test_unknown_event_is_kept_and_flagged():
     assert msg.body.event == "7" and msg.body.flags == ["unknown_event:7"]
 
 
-def test_unknown_version_is_kept_and_flagged():
-    msg = mqcn.decode(b"\x03\x01abc")
-    assert msg.flags == ["unknown_version:3"] and msg.unknown_data == b"abc"
-    assert mqcn.encode(msg) == b"\x03\x01abc"
+def test_unknown_version_is_rejected():
+    # Note <4>: such messages are ignored; nothing after Version can be interpreted.
+    e = _err(b"\x03\x01abc")
+    assert (e.field, e.offset) == ("Version", 0) and "note <4>" in e.reason
 
 
 def test_nonzero_reserved_bytes_are_flagged():

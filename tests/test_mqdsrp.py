@@ -76,13 +76,11 @@ def test_sequence_numbers_are_big_endian_on_the_wire():
     assert wire[34:42] == bytes.fromhex("0000000000000102")
 
 
-def test_unknown_operation_and_version_are_kept_and_flagged():
-    body = SYNC_REQUEST[:17] + b"\x09" + b"xyz"
-    msg = mqdsrp.decode(body)
-    assert msg.flags == ["unknown_operation:9"] and msg.unknown_data == b"xyz" and mqdsrp.encode(msg) == body
-    msg = mqdsrp.decode(b"\x01" + SYNC_REQUEST[1:])
-    assert msg.flags == ["unsupported_version:1"] and msg.sync_request is None
-    assert mqdsrp.encode(msg) == b"\x01" + SYNC_REQUEST[1:]
+def test_unknown_operation_and_version_are_rejected():
+    e = _err(SYNC_REQUEST[:17] + b"\x09" + b"xyz")
+    assert (e.field, e.offset) == ("Operation", 17) and "3.1.5.1" in e.reason
+    e = _err(b"\x01" + SYNC_REQUEST[1:])
+    assert (e.field, e.offset) == ("Version", 0)
 
 
 def _err(body: bytes):

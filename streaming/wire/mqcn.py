@@ -46,7 +46,6 @@ class ChangeNotificationMessage:
     number_of_update_notifications: int
     updates: list[NotificationUpdate] | None = None     # version 0x01
     body: NotificationBody | None = None                # version 0x02
-    unknown_data: bytes | None = None                   # any other version: ignored (note <4>), kept
     unused_byte: bytes = b"\x00"                        # 3.3.5.3: the extra byte after the message
     flags: list[str] = field(default_factory=list)
 
@@ -69,10 +68,10 @@ def decode(body: bytes) -> ChangeNotificationMessage:
         msg.body = _read_body(r)
         _read_unused_byte(r, msg, allow_terminator=True)
     else:
-        # Note <4>: other messages are ignored. Kept whole and flagged, not rejected.
-        msg.unknown_data = bytes(r.raw("Data", r.remaining()))
-        msg.unused_byte = b""
-        msg.flags.append(f"unknown_version:{version}")
+        # 2.2.4 defines only 0x01 and 0x02; note <4>: other messages are ignored. Nothing after the
+        # Version can be interpreted, so the body is rejected (and lands in dead letters, kept whole).
+        raise r.error("Version", f"must be 0x01 (directory service) or 0x02 (queue manager), got 0x{version:02x}; "
+                                 "other versions are ignored (note <4>)", 0)
     return msg
 
 
@@ -184,7 +183,7 @@ def encode(msg: ChangeNotificationMessage) -> bytes:
     if msg.body is not None:
         text = msg.body.text.encode("utf-16-le", "surrogatepass")
         return head + text + (b"\x00\x00" if msg.body.null_terminated else b"") + msg.unused_byte
-    return head + (msg.unknown_data or b"") + msg.unused_byte
+    raise ValueError(f"a version 0x{msg.version:02x} message has neither updates nor a body")
 
 
 def encode_update(u: NotificationUpdate) -> bytes:

@@ -158,7 +158,6 @@ class ReplicationMessage:
     already_purged: AlreadyPurgedMessage | None = None
     psc_ack: PSCAckMessage | None = None
     bsc_ack: BSCAckMessage | None = None
-    unknown_data: bytes | None = None               # body after the header when it is ignored (3.1.5.1)
     flags: list[str] = field(default_factory=list)
 
     @property
@@ -182,17 +181,15 @@ def decode(body: bytes) -> ReplicationMessage:
         raise r.error("Version", "empty body: not a replication message")
     header = BaseReplicationHeader(r.u8("Version"), r.guid("SiteID"), r.u8("Operation"))
     msg = ReplicationMessage(header, OPERATIONS.get(header.operation, "Unknown"))
-    # 3.1.5.1: a Version other than 0x00 or an unknown Operation: "take no further action".
-    # Kept and flagged, not rejected.
+    # 3.1.5.1: a Version other than 0x00 or an unknown Operation: "take no further action". The rest
+    # of such a body has no defined layout, so it is rejected (and lands in dead letters, kept whole).
     if header.version != 0x00:
-        msg.flags.append(f"unsupported_version:{header.version}")
-    elif header.operation not in OPERATIONS:
-        msg.flags.append(f"unknown_operation:{header.operation}")
-    else:
-        setattr(msg, _SLOT_BY_OPERATION[header.operation], _READERS[header.operation](r))
-        r.expect_end()
-        return msg
-    msg.unknown_data = bytes(r.raw("Data", r.remaining()))
+        raise r.error("Version", f"must be 0x00, got 0x{header.version:02x}; such messages are ignored (3.1.5.1)", 0)
+    if header.operation not in OPERATIONS:
+        raise r.error("Operation", f"unknown operation 0x{header.operation:02x}: must be 0x00 to 0x07; such messages "
+                                   "are ignored (3.1.5.1)", 17)
+    setattr(msg, _SLOT_BY_OPERATION[header.operation], _READERS[header.operation](r))
+    r.expect_end()
     return msg
 
 
@@ -310,7 +307,7 @@ def encode(msg: ReplicationMessage) -> bytes:
     head = bytes([h.version]) + guid_to_bytes(h.site_id) + bytes([h.operation])
     inner = msg.message
     if inner is None:
-        return head + (msg.unknown_data or b"")
+        raise ValueError(f"operation 0x{h.operation:02x} names none of the eight messages")
     return head + _WRITERS[type(inner)](inner)
 
 

@@ -1,0 +1,231 @@
+"""The streaming job on the real embedded broker, with real SQLite and PostgreSQL sinks."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from conftest import dirstream, simulate
+
+from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics
+from streaming.envelope import encode_envelope, make_envelope
+from streaming.job import source_options, start_query
+from streaming.sinks import open_sink
+from streaming.topics import TOPICS
+from streaming.wire import encode, mqcn
+
+
+def run_once(spark, bootstrap, sink_url, checkpoint, **source_kw):
+    query = start_query(spark, sink_url=sink_url, checkpoint=str(checkpoint), once=True, echo=lambda _l: None,
+                        source_opts=source_options(bootstrap, **source_kw))
+    query.awaitTermination(600)
+    return query
+
+
+def sink_totals(url: str) -> dict:
+    s = open_sink(url)
+    try:
+        progress = s.query("SELECT COALESCE(SUM(input_rows), 0) AS rows, COALESCE(SUM(dead_letters), 0) AS dead, "
+                           "COUNT(*) AS batches FROM pipeline_progress")[0]
+        seen = {r["protocol"]: r["n"] for r in s.query(
+            "SELECT protocol, SUM(messages) AS n FROM raw_messages_seen GROUP BY protocol")}
+        dead = s.query("SELECT message_id, error_reason, error_structure, error_field, error_offset, topic, "
+                       "kafka_partition, kafka_offset, raw_value FROM dead_letters")
+        return {"rows": int(progress["rows"]), "dead": int(progress["dead"]), "batches": progress["batches"],
+                "seen": {k: int(v) for k, v in seen.items()}, "dead_letters": dead}
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_simulated_run_counts_every_message_once(spark, broker, tmp_path, backend, request):
+    summary, truth = simulate(broker, tmp_path, "--seed", "7", "--count", "3000", "--corrupt", "0.02",
+                              "--duplicate", "0.01", "--reorder", "0.1")
+    url = f"sqlite:///{tmp_path}/sink.db" if backend == "sqlite" else request.getfixturevalue("pg_url")
+    query = run_once(spark, broker, url, tmp_path / "ckpt")
+    assert query.exception() is None
+    totals = sink_totals(url)
+    assert totals["rows"] == summary["published"]
+    assert totals["seen"] == summary["per_protocol"]
+    expected = {d["message_id"] for d in truth["dead_letters"]}
+    assert expected and {d["message_id"] for d in totals["dead_letters"]} == expected
+    assert totals["dead"] == len(expected)
+    for d in totals["dead_letters"]:
+        assert d["error_reason"] and d["error_structure"] and d["error_field"] and d["raw_value"]
+    # Nothing new: a second --once run adds no rows and changes no counts.
+    assert run_once(spark, broker, url, tmp_path / "ckpt").exception() is None
+    again = sink_totals(url)
+    assert (again["rows"], again["seen"], len(again["dead_letters"])) == (
+        totals["rows"], totals["seen"], len(totals["dead_letters"]))
+
+
+def _publish_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    pub = ConfluentPublisher(KafkaSettings(bootstrap, {"message.max.bytes": "20000000"}))
+    for i, v in enumerate(values):
+        pub.send(topic, f"host{i}".encode(), v, [])
+    pub.close()
+
+
+def _env(protocol: str, body: bytes) -> bytes:
+    return encode_envelope(make_envelope(protocol, body, source_machine="a", destination_machine="qm1",
+                                         destination_queue="q", sent_time=1_767_225_600_000))
+
+
+def test_bad_records_become_dead_letters_and_good_ones_go_on(spark, broker, tmp_path):
+    ensure_topics(KafkaSettings(broker), {t: 1 for t in TOPICS.values()})
+    good = _env("mqcn", encode("mqcn", mqcn.new_v2(1, "11223344-5566-7788-99aa-bbccddeeff00", "DC1")))
+    values = [good,
+              b"\x01\x00\x00\x00\x01garbage",                                     # corrupted envelope (magic)
+              b"",                                                                 # empty value
+              _env("mqcn", bytes.fromhex("00010000") + bytes(48)),                 # an MQSD body inside MQCN
+              _env("mqsd", encode("mqcn", mqcn.new_v2(2, "11223344-5566-7788-99aa-bbccddeeff00", "DC1"))),
+              _env("mqcn", b"\x02\x01" + os.urandom(10 * 1024 * 1024)),           # a 10 MB value
+              good]
+    _publish_raw(broker, TOPICS["mqcn"], values)
+    url = f"sqlite:///{tmp_path}/sink.db"
+    assert run_once(spark, broker, url, tmp_path / "ckpt").exception() is None
+    totals = sink_totals(url)
+    assert totals["rows"] == 7 and totals["dead"] == 5 and totals["seen"] == {"mqcn": 7}
+    by_offset = {d["kafka_offset"]: d for d in totals["dead_letters"]}
+    assert sorted(by_offset) == [1, 2, 3, 4, 5]
+    assert by_offset[1]["error_field"] == "(magic)" and "magic byte" in by_offset[1]["error_reason"]
+    assert by_offset[2]["error_field"] == "(frame)" and "0 bytes" in by_offset[2]["error_reason"]
+    assert (by_offset[3]["error_structure"], by_offset[3]["error_field"]) == ("ChangeNotificationMessage", "Version")
+    assert "topic msmq.cn.raw carries MQCN" in by_offset[4]["error_reason"]
+    assert len(by_offset[5]["raw_value"]) > 10 * 1024 * 1024
+    assert by_offset[5]["error_structure"] == "NotificationBody"
+
+
+def test_missing_topic_fails_with_a_clear_message(spark, broker, tmp_path):
+    query = run_once(spark, broker, f"sqlite:///{tmp_path}/sink.db", tmp_path / "ckpt", topics=["no.such.topic"])
+    assert "no.such.topic do not exist" in str(query.exception())
+
+
+def test_starting_offsets_and_admission_control(spark, broker, tmp_path):
+    ensure_topics(KafkaSettings(broker), {t: 2 for t in TOPICS.values()})
+    good = _env("mqcn", encode("mqcn", mqcn.new_v2(1, "11223344-5566-7788-99aa-bbccddeeff00", "DC1")))
+    _publish_raw(broker, TOPICS["mqcn"], [good] * 1000)
+    latest = f"sqlite:///{tmp_path}/latest.db"
+    assert run_once(spark, broker, latest, tmp_path / "c1", starting_offsets="latest").exception() is None
+    assert sink_totals(latest)["rows"] == 0
+    capped = f"sqlite:///{tmp_path}/capped.db"
+    assert run_once(spark, broker, capped, tmp_path / "c2", max_records=150).exception() is None
+    totals = sink_totals(capped)
+    assert totals["rows"] == 1000 and totals["batches"] >= 7
+    given = f"sqlite:///{tmp_path}/given.db"
+    start = json.dumps({TOPICS["mqcn"]: {"0": 0, "1": 0}, TOPICS["mqsd"]: {"0": 0, "1": 0},
+                        TOPICS["mqdsrp"]: {"0": 0, "1": 0}})
+    assert run_once(spark, broker, given, tmp_path / "c3", starting_offsets=start).exception() is None
+    assert sink_totals(given)["rows"] == 1000
+
+
+def test_new_topics_matching_the_pattern_are_picked_up(spark, broker, tmp_path):
+    settings = KafkaSettings(broker)
+    ensure_topics(settings, {"msmq.sd.raw": 1})
+    good = _env("mqsd", bytes.fromhex("00010000") + bytes(48))
+    _publish_raw(broker, "msmq.sd.raw", [good] * 10)
+    url = f"sqlite:///{tmp_path}/sink.db"
+    query = start_query(spark, sink_url=url, checkpoint=str(tmp_path / "ckpt"), trigger="500ms",
+                        echo=lambda _l: None, source_opts={**source_options(broker), "topics": "",
+                                                           "topicPattern": r"msmq\.sd\..*"} | {})
+    try:
+        _wait_for_rows(url, 10)
+        ensure_topics(settings, {"msmq.sd.extra": 2})
+        _publish_raw(broker, "msmq.sd.extra", [good] * 25)
+        _wait_for_rows(url, 35)
+    finally:
+        query.stop()
+    assert sink_totals(url)["rows"] == 35
+
+
+def _wait_for_rows(url: str, n: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if sink_totals(url)["rows"] >= n:
+                return
+        except Exception:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"sink did not reach {n} rows within {timeout} s")
+
+
+def test_recreated_topic_fails_or_skips_counting(spark, broker, tmp_path):
+    from confluent_kafka.admin import AdminClient
+    settings = KafkaSettings(broker)
+    ensure_topics(settings, {t: 1 for t in TOPICS.values()})
+    good = _env("mqsd", bytes.fromhex("00010000") + bytes(48))
+    _publish_raw(broker, TOPICS["mqsd"], [good] * 100)
+    url, ckpt = f"sqlite:///{tmp_path}/sink.db", tmp_path / "ckpt"
+    opts = dict(data_loss_log=str(tmp_path / "skipped.jsonl"))
+    assert run_once(spark, broker, url, ckpt, **opts).exception() is None
+    admin = AdminClient({"bootstrap.servers": broker})
+    [f.result() for f in admin.delete_topics([TOPICS["mqsd"]]).values()]
+    time.sleep(0.5)
+    ensure_topics(settings, {TOPICS["mqsd"]: 1})
+    _publish_raw(broker, TOPICS["mqsd"], [good] * 10)
+    failed = run_once(spark, broker, url, ckpt, **opts)
+    assert "was recreated or truncated" in str(failed.exception())
+    assert run_once(spark, broker, url, ckpt, fail_on_data_loss=False, **opts).exception() is None
+    _publish_raw(broker, TOPICS["mqsd"], [good] * 150)
+    assert run_once(spark, broker, url, ckpt, fail_on_data_loss=False, **opts).exception() is None
+    s = open_sink(url)
+    assert s.query("SELECT MAX(skipped_offsets) AS s FROM pipeline_progress")[0]["s"] == 100
+    assert sink_totals(url)["rows"] == 100 + 60          # offsets 100..159 of the new topic
+
+
+# ---------------------------------------------------------------------------- restarts
+def _job(broker, sink, ckpt, *extra) -> subprocess.Popen:
+    import shutil
+    import sys
+    from pathlib import Path
+    exe = shutil.which("dirstream", path=str(Path(sys.executable).parent))
+    return subprocess.Popen([exe, "run", "--bootstrap", broker, "--sink", sink, "--checkpoint", str(ckpt),
+                             "--master", "local[2]", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def test_sigkill_and_restart_gives_the_uninterrupted_result(broker, tmp_path):
+    summary, _ = simulate(broker, tmp_path, "--seed", "13", "--count", "20000", "--corrupt", "0.01")
+    straight = f"sqlite:///{tmp_path}/straight.db"
+    done = _job(broker, straight, tmp_path / "c_straight", "--once")
+    assert done.wait(600) == 0, done.stdout.read()
+    killed = f"sqlite:///{tmp_path}/killed.db"
+    kills = 0
+    for _ in range(3):
+        proc = _job(broker, killed, tmp_path / "c_killed", "--max-records", "1500", "--trigger", "200ms")
+        before = _rows(killed)
+        deadline = time.monotonic() + 120
+        while _rows(killed) <= before and time.monotonic() < deadline:
+            time.sleep(0.3)
+        time.sleep(0.7)                                    # land the kill somewhere inside a later batch
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        kills += 1
+    final = _job(broker, killed, tmp_path / "c_killed", "--once")
+    assert final.wait(600) == 0, final.stdout.read()
+    assert kills == 3
+    a, b = _dump(straight), _dump(killed)
+    assert a["dead_letters"] == b["dead_letters"] and a["raw_messages_seen"] == b["raw_messages_seen"]
+    assert a["rows"] == b["rows"] == summary["published"]
+
+
+def _rows(url: str) -> int:
+    try:
+        return sink_totals(url)["rows"]
+    except Exception:
+        return 0
+
+
+def _dump(url: str) -> dict:
+    s = open_sink(url)
+    try:
+        return {
+            "dead_letters": s.query("SELECT topic, kafka_partition, kafka_offset, kafka_key, protocol, error, raw_value, "
+                                    "message_id FROM dead_letters ORDER BY topic, kafka_partition, kafka_offset"),
+            "raw_messages_seen": s.query("SELECT * FROM raw_messages_seen ORDER BY protocol, server, minute"),
+            "rows": s.query("SELECT SUM(input_rows) AS n FROM pipeline_progress")[0]["n"],
+        }
+    finally:
+        s.close()
