@@ -84,8 +84,9 @@ class Decoder:
             protocol = env["protocol"].lower()
             row.update({f: env[f] for f in ENVELOPE_FIELDS})
             row["sent_time"], row["arrival_time"] = env["sent_time"] * 1000, env["arrival_time"] * 1000   # ms -> us
-            row["protocol"], row["body"] = protocol, env["body"]
+            row["body"] = env["body"]
             expected = PROTOCOL_OF_TOPIC.get(topic)
+            row["protocol"] = expected or protocol          # counted under the topic's protocol
             if expected is not None and expected != protocol:
                 raise EnvelopeError("protocol", 0, f"envelope says {env['protocol']} but topic {topic} carries "
                                                    f"{expected.upper()}")

@@ -74,15 +74,16 @@ class KafkaSource(DataSource):
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict):
-        self.options = options
+        # Spark hands data source options over with lower-cased keys: look every option up in lower case.
+        self.options = options = {k.lower(): v for k, v in options.items()}
         self.conf = client_conf(options)
         topics = [t.strip() for t in options.get("topics", "").split(",") if t.strip()]
-        self.pattern = options.get("topicPattern")
+        self.pattern = options.get("topicpattern")
         if not topics and not self.pattern:
             raise SourceError("the msmq_kafka source needs the option topics or topicPattern")
         self.topics = topics or None
-        self.max_records = int(options["maxRecordsPerBatch"]) if options.get("maxRecordsPerBatch") else None
-        self.fail_on_data_loss = options.get("failOnDataLoss", "true").lower() != "false"
+        self.max_records = int(options["maxrecordsperbatch"]) if options.get("maxrecordsperbatch") else None
+        self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
         self.available_now_target: dict | None = None
         self._offsets: EndOffsets | None = None
         self._reset_logged: dict[tuple[str, int], int] = {}
@@ -101,7 +102,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---------------------------------------------------------------- offsets
     def initialOffset(self) -> dict:
-        starting = self.options.get("startingOffsets", "earliest").strip()
+        starting = self.options.get("startingoffsets", "earliest").strip()
         partitions = self.offsets.partitions()
         if starting == "latest":
             return nest(self.offsets.ends(partitions))
@@ -163,7 +164,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._log_skipped(tp, self.offsets.low(tp), position - self.offsets.low(tp))
 
     def _log_skipped(self, tp: tuple[str, int], first: int, skipped: int) -> None:
-        log_path = self.options.get("dataLossLog")
+        log_path = self.options.get("datalosslog")
         if log_path and skipped > 0:
             with open(log_path, "a") as fh:
                 fh.write(json.dumps({"topic": tp[0], "partition": tp[1], "from": first, "skipped": skipped,
