@@ -102,7 +102,7 @@ class EmbeddedBroker:
         self.stop()
         raise BrokerError(f"broker did not answer on {self.bootstrap} within {timeout:.0f} s; see {self.log_file}")
 
-    def stop(self, timeout: float = 10.0) -> bool:
+    def stop(self, timeout: float = 3.0) -> bool:
         """True if a running broker was stopped."""
         pid, _ = self._recorded()
         if pid is None or not _alive(pid):

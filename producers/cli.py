@@ -30,6 +30,17 @@ def settings_from(args) -> KafkaSettings:
     return KafkaSettings.from_args(args.bootstrap, args.kafka_config, args.kafka_option)
 
 
+def _interval(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition("-")
+    try:
+        low_ms, high_ms = int(low), int(high if sep else low)
+    except ValueError:
+        raise ValueError(f"--op-interval-ms takes MIN-MAX milliseconds, got {text!r}") from None
+    if not 1 <= low_ms <= high_ms:
+        raise ValueError(f"--op-interval-ms needs 1 <= MIN <= MAX, got {text!r}")
+    return low_ms, high_ms
+
+
 def _rate(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
@@ -60,7 +71,8 @@ def cmd_simulate(args) -> int:
     from .simulator import Faults, Simulator
     faults = Faults(args.reorder, args.reorder_window, args.duplicate, args.drop, args.corrupt, args.unauthenticated,
                     args.nack)
-    sim = Simulator(args.seed, args.sites, args.bscs, args.qms, args.queues, faults, args.burst_rate)
+    sim = Simulator(args.seed, args.sites, args.bscs, args.qms, args.queues, faults, args.burst_rate,
+                    op_interval_ms=_interval(args.op_interval_ms))
     settings = settings_from(args)
     ensure_topics(settings, {t: args.partitions for t in TOPICS.values()})
     pub = publisher(args.client, settings)
@@ -135,6 +147,9 @@ def register(sub) -> None:
     sim.add_argument("--partitions", type=int, default=4, help="partitions of topics created here")
     sim.add_argument("--truth", metavar="FILE", help="write the ground truth JSON here")
     sim.add_argument("--burst-rate", type=float, default=0.002, help="chance per operation of a 100+ burst")
+    sim.add_argument("--op-interval-ms", default="20-120",
+                     help="simulated milliseconds between directory operations, MIN-MAX (default 20-120: a busy "
+                          "directory; larger values give smaller change propagations)")
     faults = sim.add_argument_group("faults (rates between 0 and 1)")
     for name in ("reorder", "duplicate", "drop", "corrupt", "unauthenticated", "nack"):
         faults.add_argument(f"--{name}", type=_rate, default=0.0)

@@ -87,7 +87,7 @@ class _Request:
 class Simulator:
     def __init__(self, seed: int = 1, sites: int = 3, bscs_per_site: int = 1, qms_per_site: int = 3,
                  queues_per_qm: int = 4, faults: Faults | None = None, burst_rate: float = 0.002,
-                 v1_share: float = 0.4):
+                 v1_share: float = 0.4, op_interval_ms: tuple[int, int] = (20, 120)):
         self.seed = seed
         self.rng = random.Random(seed)
         self.fault_rng = random.Random(seed * 7919 + 1)
@@ -95,6 +95,7 @@ class Simulator:
         self.queues_per_qm = queues_per_qm
         self.faults = faults or Faults()
         self.burst_rate = burst_rate
+        self.op_interval_ms = op_interval_ms        # simulated time between two directory operations
         self.now = SIM_EPOCH_MS
         self.stopped = False
         self.avail: dict[tuple[str, str], list[mqdsrp.DirectoryChange]] = {}
@@ -135,7 +136,7 @@ class Simulator:
                 tail_end = self.now + QUIET_TAIL_MS
             if tail_end is not None and self.now >= tail_end:
                 break
-            self.now += self.rng.randint(20, 120)
+            self.now += self.rng.randint(*self.op_interval_ms)
             if tail_end is None:
                 op = next(bootstrap, None)
                 (op or self._random_op)()

@@ -75,27 +75,36 @@ class Decoder:
             raise EnvelopeError("(avro)", buf.tell(), f"{len(value) - buf.tell()} bytes left after the envelope")
         return env
 
-    def row(self, topic: str, partition: int, offset: int, ts, key: bytes | None, value: bytes | None) -> dict:
-        row = {"topic": topic, "partition": partition, "offset": offset, "kafka_timestamp": ts,
-               "key": key.decode("utf-8", "replace") if key is not None else None,
-               "protocol": PROTOCOL_OF_TOPIC.get(topic), "ok": True}
+    def row(self, topic: str, partition: int, offset: int, ts, key: bytes | None, value: bytes | None) -> tuple:
+        """One output row, as a tuple in DECODED_ARROW order."""
+        key_text = key.decode("utf-8", "replace") if key is not None else None
+        protocol = PROTOCOL_OF_TOPIC.get(topic)
+        env = None
         try:
             env = self.envelope(value)
-            protocol = env["protocol"].lower()
-            row.update({f: env[f] for f in ENVELOPE_FIELDS})
-            row["sent_time"], row["arrival_time"] = env["sent_time"] * 1000, env["arrival_time"] * 1000   # ms -> us
-            row["body"] = env["body"]
-            expected = PROTOCOL_OF_TOPIC.get(topic)
-            row["protocol"] = expected or protocol          # counted under the topic's protocol
-            if expected is not None and expected != protocol:
+            declared = env["protocol"].lower()
+            protocol = protocol or declared                  # counted under the topic's protocol
+            if protocol != declared:
                 raise EnvelopeError("protocol", 0, f"envelope says {env['protocol']} but topic {topic} carries "
-                                                   f"{expected.upper()}")
-            record = decode(protocol, env["body"])
-            row["kind"], row["flags"] = summarize(protocol, record)
+                                                   f"{protocol.upper()}")
+            kind, flags = summarize(protocol, decode(protocol, env["body"]))
+            return (topic, partition, offset, ts, key_text, protocol, True, *_envelope_values(env),
+                    env["body"], kind, flags, None, None, None, None, None, None)
         except (EnvelopeError, WireError) as exc:
-            row.update(ok=False, error_structure=exc.structure, error_field=exc.field, error_offset=exc.offset,
-                       error_reason=exc.reason, error=str(exc), raw_value=value)
-        return row
+            return (topic, partition, offset, ts, key_text, protocol, False, *_envelope_values(env),
+                    env["body"] if env else None, None, None, exc.structure, exc.field, exc.offset, exc.reason,
+                    str(exc), value)
+
+
+_NO_ENVELOPE = (None,) * len(ENVELOPE_FIELDS)
+
+
+def _envelope_values(env: dict | None) -> tuple:
+    if env is None:
+        return _NO_ENVELOPE
+    return (env["message_id"], env["message_class"], env["sender_identifier_type"], env["sender_identifier"],
+            env["authentication_level"], env["hash_algorithm"], env["source_machine"], env["destination_machine"],
+            env["destination_queue"], env["sent_time"] * 1000, env["arrival_time"] * 1000)      # ms -> us
 
 
 def summarize(protocol: str, record) -> tuple[str, str | None]:
@@ -119,7 +128,11 @@ def decode_batches(batches):
     """mapInArrow function: source record batches in, DECODED_ARROW batches out."""
     decoder = Decoder()
     for batch in batches:
-        cols = batch.to_pydict()
+        timestamps = batch.column("timestamp").cast(pa.int64()).to_pylist()
         rows = [decoder.row(t, p, o, ts, k, v) for t, p, o, ts, k, v in zip(
-            cols["topic"], cols["partition"], cols["offset"], cols["timestamp"], cols["key"], cols["value"])]
-        yield pa.RecordBatch.from_pylist(rows, schema=DECODED_ARROW)
+            batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
+            batch.column("offset").to_pylist(), timestamps, batch.column("key").to_pylist(),
+            batch.column("value").to_pylist())]
+        columns = list(zip(*rows)) if rows else [[] for _ in DECODED_FIELDS]
+        yield pa.RecordBatch.from_arrays([pa.array(col, type=ty) for col, (_n, ty) in zip(columns, DECODED_FIELDS)],
+                                         schema=DECODED_ARROW)

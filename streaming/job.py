@@ -80,11 +80,7 @@ class BatchWriter:
         query_id = self.query_id
         if not self._ends:
             self._restore_ends(query_id)
-        df = df.persist()
-        try:
-            rows = self.collect(df, batch_id)
-        finally:
-            df.unpersist()
+        rows = self.collect(df, batch_id)
         progress = self.progress_row(query_id, batch_id, started, t0, rows.pop("_counts"))
         rows["pipeline_progress"] = [progress]
         written = self.sink.write_batch(query_id, batch_id, rows)
@@ -93,25 +89,31 @@ class BatchWriter:
                   + ("" if written else " (already written: skipped)"))
 
     def collect(self, df, batch_id: int) -> dict:
+        """One Spark action: the few columns the tables need go to the driver as Arrow (bodies stay
+        behind; raw values only for dead letters), then are aggregated there with pyarrow."""
+        import pyarrow.compute as pc
         from pyspark.sql import functions as F
-        per_partition = df.groupBy("topic", "partition").agg(F.count("*").alias("n"), F.max("offset").alias("last"),
-                                                             F.sum(F.when(F.col("ok"), 0).otherwise(1)).alias("bad"))
-        counts = [r.asDict() for r in per_partition.collect()]
-        seen = (df.withColumn("server", F.coalesce("destination_machine", "key", F.lit("(unknown)")))
-                  .withColumn("minute", F.date_trunc("minute", F.coalesce("arrival_time", "kafka_timestamp")))
-                  .withColumn("protocol", F.coalesce("protocol", F.lit("(unknown)")))
-                  .groupBy("protocol", "server", "minute")
-                  .agg(F.count("*").alias("messages"), F.sum(F.when(F.col("ok"), 0).otherwise(1)).alias("dead_letters")))
-        dead = df.filter(~F.col("ok")).select(
-            "topic", F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
-            F.col("key").alias("kafka_key"), "protocol", "error_structure", "error_field", "error_offset",
-            "error_reason", "error", "raw_value", "message_id", "source_machine", "destination_machine",
-            "arrival_time")
+        table = df.select(
+            "topic", "partition", "offset", "ok", F.coalesce("protocol", F.lit("(unknown)")).alias("protocol"),
+            F.coalesce("destination_machine", "key", F.lit("(unknown)")).alias("server"),
+            F.date_trunc("minute", F.coalesce("arrival_time", "kafka_timestamp")).alias("minute"),
+            F.col("key").alias("kafka_key"), "message_id", "source_machine", "destination_machine", "arrival_time",
+            "error_structure", "error_field", "error_offset", "error_reason", "error", "raw_value").toArrow()
+        bad = pc.invert(table["ok"])
+        table = table.append_column("bad", pc.cast(bad, "int64"))
+        per_partition = table.group_by(["topic", "partition"]).aggregate(
+            [("offset", "count"), ("offset", "max"), ("bad", "sum")]).to_pylist()
+        seen = table.group_by(["protocol", "server", "minute"]).aggregate(
+            [("offset", "count"), ("bad", "sum")]).to_pylist()
+        dead = table.filter(bad).drop_columns(["ok", "bad", "server", "minute"]).to_pylist()
         now = utcnow()
         return {
-            "_counts": counts,
-            "raw_messages_seen": [r.asDict() for r in seen.collect()],
-            "dead_letters": [dict(r.asDict(), batch_id=batch_id, recorded_at=now) for r in dead.collect()],
+            "_counts": [{"topic": r["topic"], "partition": r["partition"], "n": r["offset_count"],
+                         "last": r["offset_max"], "bad": r["bad_sum"]} for r in per_partition],
+            "raw_messages_seen": [{"protocol": r["protocol"], "server": r["server"], "minute": r["minute"],
+                                   "messages": r["offset_count"], "dead_letters": r["bad_sum"]} for r in seen],
+            "dead_letters": [dict(r, kafka_partition=r.pop("partition"), kafka_offset=r.pop("offset"),
+                                  batch_id=batch_id, recorded_at=now) for r in dead],
         }
 
     def progress_row(self, query_id: str, batch_id: int, started, t0: float, counts: list[dict]) -> dict:

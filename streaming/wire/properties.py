@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .propids import PROPIDS
-from .propvariant import VT_NAMES, decode_value, encode_value
+from .propvariant import INT_FORMATS, VT_CLSID, VT_NAMES, decode_value, encode_value
 from .reader import Reader
 
 
@@ -44,15 +44,48 @@ def read_properties(r: Reader) -> list[Property]:
     r.pos = ids_at + 4 * n
     props = []
     for i, prop_id in enumerate(ids):
-        entry = PROPIDS.get(prop_id)
-        if entry is None:
+        reader = VALUE_READERS.get(prop_id)
+        if reader is None:
             raise r.error(
                 f"PropertyId[{i}]",
                 f"unknown PROPID {prop_id}: its type is not known, so the values from here on cannot be parsed",
                 ids_at + 4 * i,
             )
-        props.append(Property(prop_id, decode_value(r, entry[1], f"PropertyValue[{i}]")))
+        props.append(Property(prop_id, reader(r, i)))
     return props
+
+
+def _fixed_reader(fmt: struct.Struct):
+    size, unpack = fmt.size, fmt.unpack_from
+
+    def read(r: Reader, i: int):
+        pos = r.pos
+        if pos + size > len(r.buf):
+            raise r.error(f"PropertyValue[{i}]", f"truncated: needs {size} bytes, {len(r.buf) - pos} remain")
+        r.pos = pos + size
+        return unpack(r.buf, pos)[0]
+    return read
+
+
+def _guid_reader(r: Reader, i: int):
+    return r.guid(f"PropertyValue[{i}]")
+
+
+def _generic_reader(vt: int):
+    return lambda r, i: decode_value(r, vt, f"PropertyValue[{i}]")
+
+
+def _value_reader(vt: int):
+    fmt = INT_FORMATS.get(vt)
+    if fmt is not None:
+        return _fixed_reader(fmt)
+    if vt == VT_CLSID:
+        return _guid_reader
+    return _generic_reader(vt)
+
+
+# PROPID -> a function reading its value: the type lookup is done once, not per value.
+VALUE_READERS = {prop_id: _value_reader(vt) for prop_id, (_name, vt) in PROPIDS.items()}
 
 
 def write_properties(props: list[Property]) -> bytes:

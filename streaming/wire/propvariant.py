@@ -37,7 +37,7 @@ VARIANT_TRUE = 0xFFFF
 VARIANT_FALSE = 0x0000
 
 # Fixed-size integer types: (struct format, size).
-_INT_FORMATS = {
+INT_FORMATS = {
     VT_I1: struct.Struct("<b"), VT_UI1: struct.Struct("<B"), VT_I2: struct.Struct("<h"),
     VT_UI2: struct.Struct("<H"), VT_I4: struct.Struct("<i"), VT_UI4: struct.Struct("<I"),
     VT_I8: struct.Struct("<q"), VT_UI8: struct.Struct("<Q"),
@@ -46,7 +46,7 @@ _INT_FORMATS = {
 
 def decode_value(r: Reader, vt: int, field: str):
     """Read one PROPVALUE of type vt at the reader's position."""
-    fmt = _INT_FORMATS.get(vt)
+    fmt = INT_FORMATS.get(vt)
     if fmt is not None:
         pos = r.pos
         r.need(field, fmt.size)
@@ -79,7 +79,7 @@ def decode_value(r: Reader, vt: int, field: str):
 
 def encode_value(vt: int, value) -> bytes:
     """The wire bytes of one PROPVALUE; ValueError if value does not fit vt."""
-    fmt = _INT_FORMATS.get(vt)
+    fmt = INT_FORMATS.get(vt)
     try:
         if fmt is not None:
             if isinstance(value, bool) or not isinstance(value, int):

@@ -66,7 +66,7 @@ class Reader:
         if pos + 16 > len(self.buf):
             raise self.error(field, f"truncated: a GUID needs 16 bytes, {len(self.buf) - pos} remain")
         self.pos = pos + 16
-        return str(uuid.UUID(bytes_le=bytes(self.buf[pos:pos + 16])))
+        return guid_text(self.buf[pos:pos + 16])
 
     def seq(self, field: str) -> int:
         pos = self.pos
@@ -100,6 +100,21 @@ class Reader:
                 self.pos,
             )
         return value
+
+
+_GUID_CACHE: dict[bytes, str] = {}
+_GUID_CACHE_MAX = 200_000
+
+
+def guid_text(raw: bytes) -> str:
+    """Canonical lowercase text of a 16-byte MS-DTYP GUID. Directory traffic repeats the same GUIDs
+    (partitions, queue managers, objects) over and over, so the text is cached."""
+    text = _GUID_CACHE.get(raw)
+    if text is None:
+        if len(_GUID_CACHE) >= _GUID_CACHE_MAX:
+            _GUID_CACHE.clear()
+        text = _GUID_CACHE[bytes(raw)] = str(uuid.UUID(bytes_le=bytes(raw)))
+    return text
 
 
 def decode_utf16(raw: bytes, reader: Reader, field: str, offset: int) -> str:
