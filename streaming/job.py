@@ -6,7 +6,6 @@ import sys
 import time
 from collections import defaultdict
 
-from .decode import DECODED_DDL, decode_batches
 from .kafka_offsets import EndOffsets, SourceError
 from .kafka_source import SOURCE_NAME, client_conf, register
 from .sinks import open_sink, utcnow
@@ -49,8 +48,8 @@ def source_options(bootstrap: str, kafka_options: dict | None = None, topics: li
 
 
 def decoded_stream(spark, options: dict):
-    raw = spark.readStream.format(SOURCE_NAME).options(**options).load()
-    return raw.mapInArrow(decode_batches, DECODED_DDL)
+    """Decoded records: the source decodes in its reading tasks (option decode=true)."""
+    return spark.readStream.format(SOURCE_NAME).options(**options, decode="true").load()
 
 
 class BatchWriter:

@@ -12,10 +12,13 @@ USE_GUID = 0x01
 
 def read_target(r: Reader, commands: dict[int, str]) -> tuple[int, int, str | None, str | None]:
     at = r.pos
-    command = r.u8("Command")
+    if at + 2 <= len(r.buf):
+        command, use_guid = r.buf[at], r.buf[at + 1]
+        r.pos = at + 2
+    else:
+        command, use_guid = r.u8("Command"), r.u8("UseGuid")
     if command not in commands:
         raise r.error("Command", f"must be one of {_choices(commands)}, got 0x{command:02x}", at)
-    use_guid = r.u8("UseGuid")
     if use_guid == USE_PATH_NAME:
         return command, use_guid, r.utf16z("PathName"), None
     if use_guid == USE_GUID:

@@ -4,12 +4,13 @@ Byte-packed, little-endian except SEQUENCE_NUMBER, which is an unsigned 64-bit b
 value (digest §3.1). Layouts lost in the PDF extraction follow the digest's reconstruction
 (SyncRequest, BSCAck, PSCAck, AlreadyPurged: digest §3.8).
 """
+import struct
 from dataclasses import dataclass, field
 
 from .changes import MIN_CHANGE_SIZE, read_target, target_bytes
 from .guid import guid_to_bytes
 from .properties import Property, read_properties, write_properties
-from .reader import Reader, u16_bytes, u32_bytes, utf16z_bytes
+from .reader import Reader, guid_text, u16_bytes, u32_bytes, utf16z_bytes
 from .seqnum import seq_to_bytes
 
 PROTOCOL = "MQDSRP"
@@ -193,11 +194,21 @@ def decode(body: bytes) -> ReplicationMessage:
     return msg
 
 
+_CHANGE_MIDDLE = struct.Struct(">16sQQQ")          # PartitionID, then three big-endian SEQUENCE_NUMBERs
+
+
 def read_directory_change(r: Reader, index: int | None = None) -> DirectoryChange:
     r.structure = "DirectoryChange" if index is None else f"DirectoryChange[{index}]"
     command, use_guid, path_name, guid_identifier = read_target(r, COMMANDS)
-    return DirectoryChange(command, use_guid, path_name, guid_identifier, r.guid("PartitionID"),
-                           r.seq("PreviousSeqNumber"), r.seq("SeqNumber"), r.seq("PurgedSeqNumber"),
+    pos = r.pos
+    if pos + _CHANGE_MIDDLE.size <= len(r.buf):         # the common case: one unpack for the fixed middle
+        partition, previous, seq, purged = _CHANGE_MIDDLE.unpack_from(r.buf, pos)
+        r.pos = pos + _CHANGE_MIDDLE.size
+        partition = guid_text(partition)
+    else:                                               # field by field, to name the truncated one
+        partition, previous, seq, purged = r.guid("PartitionID"), r.seq("PreviousSeqNumber"), r.seq("SeqNumber"), \
+            r.seq("PurgedSeqNumber")
+    return DirectoryChange(command, use_guid, path_name, guid_identifier, partition, previous, seq, purged,
                            read_properties(r))
 
 
