@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench bench-codecs clean
 
 setup: $(VENV)/.installed
 
@@ -13,17 +13,25 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-# Until the streaming job lands, `run` decodes the three example packets of [MS-MQSD] section 4.
+# The main job on the embedded defaults: start the embedded broker, publish a simulated enterprise's
+# traffic (ground truth in var/truth.json), then run the job into var/dirstream.db until Ctrl-C.
 run: setup
-	$(BIN)/dirstream decode --protocol mqsd --hex "$$(cat tests/vectors/mqsd_4_request.hex)"
-	$(BIN)/dirstream decode --protocol mqsd --hex "$$(cat tests/vectors/mqsd_4_reply_local.hex)"
-	$(BIN)/dirstream decode --protocol mqsd --hex "$$(cat tests/vectors/mqsd_4_reply_remote.hex)"
+	$(BIN)/dirstream broker start
+	$(BIN)/dirstream produce simulate --count $(DEMO_MESSAGES) --truth var/truth.json
+	$(BIN)/dirstream run
+
+DEMO_MESSAGES ?= 20000
 
 test: setup
 	$(BIN)/python -m pytest -q
 
 bench: setup
 	$(BIN)/python tests/bench/bench_codecs.py
+	$(BIN)/python tests/bench/bench_job.py
+
+bench-codecs: setup
+	$(BIN)/python tests/bench/bench_codecs.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	-$(BIN)/dirstream broker stop
+	rm -rf $(VENV) .pytest_cache .hypothesis var

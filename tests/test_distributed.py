@@ -1,0 +1,27 @@
+"""The same job on a Spark standalone cluster (master + worker on loopback) gives the local result."""
+from conftest import dirstream, free_port, simulate
+from test_job import _dump
+
+from infra.spark_standalone import StandaloneCluster
+
+
+def test_standalone_cluster_matches_local_mode(broker, tmp_path):
+    summary, _ = simulate(broker, tmp_path, "--seed", "17", "--count", "4000", "--corrupt", "0.01")
+    local = f"sqlite:///{tmp_path}/local.db"
+    done = dirstream("run", "--bootstrap", broker, "--sink", local, "--checkpoint", str(tmp_path / "c_local"),
+                     "--once", "--master", "local[2]", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cluster = StandaloneCluster(tmp_path / "spark", free_port()).start()
+    try:
+        remote = f"sqlite:///{tmp_path}/cluster.db"
+        done = dirstream("run", "--bootstrap", broker, "--sink", remote, "--checkpoint", str(tmp_path / "c_cluster"),
+                         "--once", "--master", cluster.url, "--spark-conf", "spark.executor.memory=1g",
+                         "--spark-conf", "spark.driver.host=127.0.0.1", timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert (tmp_path / "spark" / "work").exists()            # an executor ran on the worker
+        assert any((tmp_path / "spark" / "work").iterdir())
+    finally:
+        cluster.stop()
+    a, b = _dump(local), _dump(remote)
+    assert a["rows"] == b["rows"] == summary["published"]
+    assert a["dead_letters"] == b["dead_letters"] and a["raw_messages_seen"] == b["raw_messages_seen"]
