@@ -43,7 +43,8 @@ class EndOffsets:
         if self._consumer is None:
             self._consumer = Consumer({**self.conf, "group.id": self.conf.get("group.id", "dirstream-offsets"),
                                        "enable.auto.commit": False, "enable.partition.eof": True,
-                                       "fetch.wait.max.ms": 10, "log_level": self.conf.get("log_level", 3)})
+                                       # failures surface as SourceError; no librdkafka log chatter
+                                       "fetch.wait.max.ms": 10, "log_level": self.conf.get("log_level", 0)})
         return self._consumer
 
     def close(self) -> None:
