@@ -29,7 +29,8 @@ from streaming.envelope import encode_envelope  # noqa: E402
 from streaming.topics import TOPICS  # noqa: E402
 
 
-# A directory changing a few times a second: change propagations of a handful of changes each.
+# Simulated milliseconds between directory operations: sets how many changes a change propagation
+# carries (--op-interval-ms; 100-500 gives about 7 per propagation, 1000-3000 one or two).
 OP_INTERVAL_MS = (100, 500)
 
 
@@ -101,9 +102,14 @@ def job_rate(bootstrap: str, workdir: Path, max_records: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--max-records", type=int, default=50_000)
+    parser.add_argument("--op-interval-ms", default="100-500",
+                        help="simulated ms between directory operations, MIN-MAX (see OP_INTERVAL_MS)")
     args = parser.parse_args()
+    global OP_INTERVAL_MS
+    low, _, high = args.op_interval_ms.partition("-")
+    OP_INTERVAL_MS = (int(low), int(high or low))
     workdir = Path(tempfile.mkdtemp(prefix="dirstream-bench-"))
     broker = EmbeddedBroker(workdir / "broker", port=19399)
     broker.start()
@@ -111,7 +117,8 @@ def main() -> int:
         t = time.perf_counter()
         counts = publish(broker.bootstrap, args.messages, args.partitions)
         total = sum(counts.values())
-        print(f"published {total:,} messages {counts} in {time.perf_counter() - t:.1f} s")
+        print(f"published {total:,} messages {counts} in {time.perf_counter() - t:.1f} s "
+              f"(simulated ms between directory operations: {OP_INTERVAL_MS})")
         raw = raw_consume_rate(broker.bootstrap, total)
         print(f"raw confluent-kafka consume: {raw:,.0f} msg/s")
         for protocol, rate in decode_rates(broker.bootstrap).items():
