@@ -17,6 +17,8 @@ log = logging.getLogger("dirstream.job")
 def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf: dict | None = None):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")      # everything stays on loopback
     from pyspark.sql import SparkSession
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.shuffle.partitions", "4")
@@ -25,7 +27,9 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
                .config("spark.sql.streaming.stateStore.providerClass",
                        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
                .config("spark.python.worker.reuse", "true")
-               .config("spark.ui.showConsoleProgress", "false"))
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.adaptive.enabled", "false")          # not supported in streaming anyway
+               .config("spark.sql.debug.maxToStringFields", "100"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
