@@ -34,15 +34,19 @@ from streaming.topics import TOPICS  # noqa: E402
 OP_INTERVAL_MS = (100, 500)
 
 
-def publish(bootstrap: str, n: int, partitions: int) -> dict:
+def publish(bootstrap: str, n: int, partitions: int, pool_size: int = 50_000) -> dict:
+    """N messages: a pool of simulated traffic, published over and over (the simulator itself is
+    slower than the job, so it would not keep up)."""
     settings = KafkaSettings(bootstrap)
     ensure_topics(settings, {t: partitions for t in TOPICS.values()})
+    sim = Simulator(seed=1, faults=Faults(corrupt=0.005), op_interval_ms=OP_INTERVAL_MS)
+    pool = [(m.protocol, m.key, m.envelope) for m in sim.messages(min(n, pool_size))]
     pub = ConfluentPublisher(settings)
     counts = {p: 0 for p in TOPICS}
-    sim = Simulator(seed=1, faults=Faults(corrupt=0.005), op_interval_ms=OP_INTERVAL_MS)
-    for m in sim.messages(n):
-        publish_envelope(pub, m.protocol, m.key, m.envelope)
-        counts[m.protocol] += 1
+    for i in range(n):
+        protocol, key, envelope = pool[i % len(pool)]
+        publish_envelope(pub, protocol, key, envelope)
+        counts[protocol] += 1
     pub.close()
     return counts
 
@@ -101,9 +105,9 @@ def job_rate(bootstrap: str, workdir: Path, max_records: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--messages", type=int, default=600_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--max-records", type=int, default=50_000)
+    parser.add_argument("--max-records", type=int, default=200_000, help="as dirstream run's default")
     parser.add_argument("--op-interval-ms", default="100-500",
                         help="simulated ms between directory operations, MIN-MAX (see OP_INTERVAL_MS)")
     args = parser.parse_args()
