@@ -1,0 +1,1 @@
+"""Sans-IO protocol state machines run by the job's stateful operators (state + event -> state + outputs)."""

@@ -1,0 +1,120 @@
+"""MQSD client correlation (MS-MQSD 3.1.5.2, 3.1.6.1) as a sans-IO state machine, one per RequestID.
+
+The job sees each TopologyClientRequest and the TopologyServerReply packets answering it (by
+CorrelationID) and decides, as the requesting client would with one network (i == N), which reply
+populates its DirectoryServerList and ConnectedNetworkIdentifierList:
+
+- case C, a local-site reply (DirectoryServiceServerSize 0): completes at once. Read as the MQSD
+  digest suggests: the reply is copied into LastTopologyServerReply before populating, so its
+  connected networks win and, its size being 0, the server list is not populated (stays empty);
+- case D, the first remote-site reply: kept; the 15-second Wait For Response timer restarts;
+- case E, a further remote-site reply: completes with the kept (first) reply;
+- the timer (3.1.6.1): completes with the kept reply, or as no-reply when there is none.
+
+Time is event time (the envelope's arrival time, in ms), so a replay gives the same outcomes.
+Replies that arrive before their request (other Kafka partitions) wait up to the same 15 s.
+"""
+from dataclasses import dataclass, field
+
+WAIT_FOR_RESPONSE_MS = 15_000          # 3.1.2.1 Wait For Response Timer
+
+
+@dataclass
+class Reply:
+    arrival_ms: int
+    responder: str                     # the responder's address (envelope source)
+    server_size: int                   # DirectoryServiceServerSize
+    servers: list[tuple[bool, bool, str]]    # (IP, IPX, name) from DirectoryServiceServerArray
+    connected_networks: list[str]
+    responding_site_id: str | None
+
+
+@dataclass
+class Request:
+    arrival_ms: int
+    enterprise_id: str
+    site_id: str
+    client: str                        # the requester's address (envelope source)
+
+
+@dataclass
+class DiscoveryState:
+    request: Request | None = None
+    kept: Reply | None = None          # LastTopologyServerReply
+    early: list[Reply] = field(default_factory=list)      # replies seen before their request
+    deadline_ms: int | None = None
+    replies: int = 0
+    done: bool = False
+
+
+@dataclass
+class Outcome:
+    """A completed request: the row of discovery_requests."""
+    request_id: str
+    request: Request
+    outcome: str                       # local-site, remote-site or no-reply
+    completed_ms: int
+    directory_servers: list[str]
+    connected_networks: list[str]
+    replies: int
+
+
+@dataclass
+class Orphan:
+    """A reply no request claimed within the wait: recorded, not lost."""
+    request_id: str
+    reply: Reply
+    reason: str
+
+
+class Discovery:
+    """Pure transitions; the caller keeps DiscoveryState per RequestID and arms timers at deadline_ms."""
+
+    def on_request(self, state: DiscoveryState, request_id: str, request: Request) -> list:
+        if state.request is not None:
+            return []                                  # a duplicate of the request: nothing new
+        state.request = request
+        state.deadline_ms = request.arrival_ms + WAIT_FOR_RESPONSE_MS       # timer starts with the send
+        out = []
+        early, state.early = sorted(state.early, key=lambda r: r.arrival_ms), []
+        for reply in early:
+            out += self.on_reply(state, request_id, reply)
+        return out
+
+    def on_reply(self, state: DiscoveryState, request_id: str, reply: Reply) -> list:
+        if state.request is None:
+            state.early.append(reply)
+            state.deadline_ms = min(state.deadline_ms or 2**62, reply.arrival_ms + WAIT_FOR_RESPONSE_MS)
+            return []
+        if state.done:
+            return [Orphan(request_id, reply, "late: the request had already completed")]
+        if reply.arrival_ms > state.deadline_ms:
+            return self.on_timer(state, request_id, state.deadline_ms) + [
+                Orphan(request_id, reply, "late: after the Wait For Response timer")]
+        state.replies += 1
+        if reply.server_size == 0:                                 # case C: a server of the client's site
+            state.kept = reply
+            return [self._complete(state, request_id, "local-site", reply.arrival_ms)]
+        if state.kept is None:                                      # case D: keep it, restart the timer
+            state.kept = reply
+            state.deadline_ms = reply.arrival_ms + WAIT_FOR_RESPONSE_MS
+            return []
+        return [self._complete(state, request_id, "remote-site", reply.arrival_ms)]     # case E
+
+    def on_timer(self, state: DiscoveryState, request_id: str, now_ms: int) -> list:
+        if state.done or state.deadline_ms is None or now_ms < state.deadline_ms:
+            return []
+        if state.request is None:                                   # replies whose request never came
+            orphans = [Orphan(request_id, r, "no request with this RequestID") for r in state.early]
+            state.early, state.deadline_ms, state.done = [], None, True
+            return orphans
+        outcome = "no-reply" if state.kept is None else "remote-site"
+        return [self._complete(state, request_id, outcome, state.deadline_ms)]
+
+    @staticmethod
+    def _complete(state: DiscoveryState, request_id: str, outcome: str, at_ms: int) -> Outcome:
+        state.done = True
+        kept = state.kept
+        servers = [name for _ip, _ipx, name in kept.servers] if kept and kept.server_size else []
+        return Outcome(request_id, state.request, outcome, at_ms, servers,
+                       list(kept.connected_networks) if kept else [], state.replies)

@@ -1,0 +1,111 @@
+"""The MQSD client rules (3.1.5.2, 3.1.6.1), sans-IO, and agreement with the simulator's ground truth."""
+from streaming.operators.discovery import (WAIT_FOR_RESPONSE_MS, Discovery, DiscoveryState, Orphan, Outcome, Reply,
+                                           Request)
+
+CN_LOCAL, CN_REMOTE = "e6eaba62-d1c6-11db-baac-0003ff4e2d22", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+REQ = Request(1_000, "e6eaba61-d1c6-11db-baac-0003ff4e2d22", "dcc51bf6-d4ad-4543-8739-71568e8f9128", "10.0.0.5")
+
+
+def local(at):
+    return Reply(at, "10.0.0.1", 0, [], [CN_LOCAL], None)
+
+
+def remote(at, name="nt4pec"):
+    return Reply(at, "10.1.0.1", 18, [(True, False, name)], [CN_REMOTE], "e6eaba60-d1c6-11db-baac-0003ff4e2d22")
+
+
+def run(events):
+    d, state, out = Discovery(), DiscoveryState(), []
+    for kind, arg in events:
+        if kind == "request":
+            out += d.on_request(state, "r1", arg)
+        elif kind == "reply":
+            out += d.on_reply(state, "r1", arg)
+        else:
+            out += d.on_timer(state, "r1", arg)
+    return out
+
+
+def test_section_4_exchange_local_reply_wins_and_remote_is_ignored():
+    out = run([("request", REQ), ("reply", local(1_050)), ("reply", remote(1_090))])
+    (done, late) = out
+    assert isinstance(done, Outcome) and done.outcome == "local-site" and done.completed_ms == 1_050
+    assert done.connected_networks == [CN_LOCAL] and done.directory_servers == []
+    assert isinstance(late, Orphan) and "already completed" in late.reason
+
+
+def test_remote_then_local_within_the_wait_is_local_site():
+    (done,) = run([("request", REQ), ("reply", remote(1_030)), ("reply", local(1_080))])
+    assert done.outcome == "local-site" and done.connected_networks == [CN_LOCAL] and done.replies == 2
+
+
+def test_remote_only_completes_when_the_timer_fires_15_s_after_it():
+    d, state = Discovery(), DiscoveryState()
+    assert d.on_request(state, "r1", REQ) == [] and d.on_reply(state, "r1", remote(1_030)) == []
+    assert d.on_timer(state, "r1", 1_030 + WAIT_FOR_RESPONSE_MS - 1) == []          # case D restarted the timer
+    (done,) = d.on_timer(state, "r1", 1_030 + WAIT_FOR_RESPONSE_MS)
+    assert done.outcome == "remote-site" and done.directory_servers == ["nt4pec"]
+    assert done.connected_networks == [CN_REMOTE] and done.completed_ms == 16_030
+
+
+def test_second_remote_reply_completes_with_the_first_one_kept():
+    (done,) = run([("request", REQ), ("reply", remote(1_030, "first")), ("reply", remote(1_090, "second"))])
+    assert done.outcome == "remote-site" and done.directory_servers == ["first"] and done.completed_ms == 1_090
+
+
+def test_no_reply_within_15_s_of_event_time():
+    d, state = Discovery(), DiscoveryState()
+    d.on_request(state, "r1", REQ)
+    assert d.on_timer(state, "r1", REQ.arrival_ms + WAIT_FOR_RESPONSE_MS - 1) == []
+    (done,) = d.on_timer(state, "r1", REQ.arrival_ms + WAIT_FOR_RESPONSE_MS)
+    assert done.outcome == "no-reply" and done.directory_servers == [] and done.connected_networks == []
+
+
+def test_reply_after_the_timer_is_late():
+    out = run([("request", REQ), ("reply", local(REQ.arrival_ms + WAIT_FOR_RESPONSE_MS + 1))])
+    assert [type(o) for o in out] == [Outcome, Orphan] and out[0].outcome == "no-reply"
+
+
+def test_reply_before_its_request_is_held_then_correlated():
+    (done,) = run([("reply", local(1_050)), ("request", REQ)])
+    assert done.outcome == "local-site" and done.replies == 1
+
+
+def test_reply_without_request_is_recorded_not_lost():
+    out = run([("reply", remote(5_000)), ("timer", 5_000 + WAIT_FOR_RESPONSE_MS)])
+    assert len(out) == 1 and isinstance(out[0], Orphan) and "no request" in out[0].reason
+
+
+def test_agrees_with_the_simulators_ground_truth():
+    from producers.simulator import Simulator
+    from streaming.wire import decode
+    sim = Simulator(seed=31)
+    messages = [m for m in sim.messages(8000) if m.protocol == "mqsd"]
+    truth = sim.truth()["discovery"]
+    d, states, outcomes = Discovery(), {}, {}
+    for m in sorted(messages, key=lambda m: m.envelope["sent_time"]):
+        packet, at = decode("mqsd", m.envelope["body"]), m.envelope["sent_time"]
+        for rid, st in states.items():
+            for o in d.on_timer(st, rid, at):
+                if isinstance(o, Outcome):
+                    outcomes[rid] = o
+        if packet.client_request is not None:
+            r = packet.client_request
+            rid = r.request_id
+            out = d.on_request(states.setdefault(rid, DiscoveryState()), rid,
+                               Request(at, r.enterprise_id, r.site_id, m.envelope["source_machine"]))
+        else:
+            r = packet.server_reply
+            rid = r.correlation_id
+            servers = [(e.ip_supported, e.ipx_supported, e.name) for e in r.directory_service_server_array or []]
+            out = d.on_reply(states.setdefault(rid, DiscoveryState()), rid,
+                             Reply(at, m.envelope["source_machine"], r.directory_service_server_size, servers,
+                                   r.connected_network_array, r.responding_site_id))
+        outcomes.update({o.request_id: o for o in out if isinstance(o, Outcome)})
+    for rid, st in states.items():
+        outcomes.update({o.request_id: o for o in d.on_timer(st, rid, 2**62) if isinstance(o, Outcome)})
+    assert set(outcomes) == set(truth)
+    for rid, expected in truth.items():
+        got = outcomes[rid]
+        assert (got.outcome, got.directory_servers, got.connected_networks) == (
+            expected["outcome"], expected["directory_servers"], expected["connected_networks"]), rid
