@@ -22,7 +22,7 @@ DECODED_FIELDS = [
     ("authentication_level", pa.string()), ("hash_algorithm", pa.string()), ("source_machine", pa.string()),
     ("destination_machine", pa.string()), ("destination_queue", pa.string()),
     ("sent_time", pa.timestamp("us", tz="UTC")), ("arrival_time", pa.timestamp("us", tz="UTC")),
-    ("body", pa.binary()), ("kind", pa.string()), ("flags", pa.string()),
+    ("body", pa.binary()), ("kind", pa.string()), ("flags", pa.string()), ("state_key", pa.string()),
     ("error_structure", pa.string()), ("error_field", pa.string()), ("error_offset", pa.int64()),
     ("error_reason", pa.string()), ("error", pa.string()), ("raw_value", pa.binary()),
 ]
@@ -34,6 +34,7 @@ DECODED_DDL = ", ".join(f"{name} {ddl}" for name, ddl in [
     ("authentication_level", "string"), ("hash_algorithm", "string"), ("source_machine", "string"),
     ("destination_machine", "string"), ("destination_queue", "string"), ("sent_time", "timestamp"),
     ("arrival_time", "timestamp"), ("body", "binary"), ("kind", "string"), ("flags", "string"),
+    ("state_key", "string"),
     ("error_structure", "string"), ("error_field", "string"), ("error_offset", "bigint"),
     ("error_reason", "string"), ("error", "string"), ("raw_value", "binary")])
 ENVELOPE_FIELDS = ("message_id", "message_class", "sender_identifier_type", "sender_identifier",
@@ -87,13 +88,14 @@ class Decoder:
             if protocol != declared:
                 raise EnvelopeError("protocol", 0, f"envelope says {env['protocol']} but topic {topic} carries "
                                                    f"{protocol.upper()}")
-            kind, flags = summarize(protocol, decode(protocol, env["body"]))
+            record = decode(protocol, env["body"])
+            kind, flags = summarize(protocol, record)
             return (topic, partition, offset, ts, key_text, protocol, True, *_envelope_values(env),
-                    env["body"], kind, flags, None, None, None, None, None, None)
+                    env["body"], kind, flags, state_key(protocol, record, env), None, None, None, None, None, None)
         except (EnvelopeError, WireError) as exc:
             return (topic, partition, offset, ts, key_text, protocol, False, *_envelope_values(env),
-                    env["body"] if env else None, None, None, exc.structure, exc.field, exc.offset, exc.reason,
-                    str(exc), value)
+                    env["body"] if env else None, None, None, None, exc.structure, exc.field, exc.offset,
+                    exc.reason, str(exc), value)
 
 
 _NO_ENVELOPE = (None,) * len(ENVELOPE_FIELDS)
@@ -122,6 +124,14 @@ def summarize(protocol: str, record) -> tuple[str, str | None]:
         msg = record.message
         kind, flags = record.packet_type, msg.flags
     return kind, ",".join(flags) if flags else None
+
+
+def state_key(protocol: str, record, env: dict) -> str:
+    """What the protocol's stateful operator keys on: the RequestID an MQSD packet belongs to (its
+    CorrelationID for a reply); for MQDSRP and MQCN the receiving server (the destination machine)."""
+    if protocol == "mqsd":
+        return record.client_request.request_id if record.client_request else record.server_reply.correlation_id
+    return env["destination_machine"]
 
 
 def decode_batches(batches):
