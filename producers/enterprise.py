@@ -83,6 +83,34 @@ class Server:
         return self.role in ("PEC", "PSC")
 
 
+class IndexedSet:
+    """Objects with O(1) add, remove and seeded random choice (the simulator picks from thousands)."""
+
+    def __init__(self):
+        self.items: list = []
+        self.positions: dict[str, int] = {}
+
+    def add(self, key: str, item) -> None:
+        self.positions[key] = len(self.items)
+        self.items.append((key, item))
+
+    def remove(self, key: str) -> None:
+        pos = self.positions.pop(key)
+        last = self.items.pop()
+        if pos < len(self.items):
+            self.items[pos] = last
+            self.positions[last[0]] = pos
+
+    def choice(self, rng: random.Random):
+        return self.items[rng.randrange(len(self.items))][1]
+
+    def values(self) -> list:
+        return [item for _key, item in self.items]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
 class Enterprise:
     """Sites 0..N-1; site 0's PSC is the PEC. Every site has M BSCs and K plain queue managers."""
 
@@ -103,6 +131,8 @@ class Enterprise:
             for q in range(qms_per_site):
                 self._add_server(f"qm{s}-{q + 1}", "QM", site_id, s, 100 + q)
         self.partitions: dict[str, Partition] = {PEC_PARTITION_ID: Partition(PEC_PARTITION_ID, "pec0")}
+        self.by_type: dict[int, IndexedSet] = {t: IndexedSet() for t in OBJECT_TYPE_NAMES}
+        self.queues_by_qm: dict[str, IndexedSet] = {}
         for s, site_id in enumerate(self.sites):
             self.partitions[site_id] = Partition(site_id, self.psc_of(site_id).name)
 
@@ -145,9 +175,19 @@ class Enterprise:
         return [o for o in self.partitions[partition_id].objects.values() if o.object_type == object_type]
 
     def queues_of(self, machine_guid: str) -> list[DirObject]:
-        qmid = propid("Q_QMID")
-        return [o for p in self.partitions.values() for o in p.objects.values()
-                if o.object_type == MQDS_QUEUE and o.properties.get(qmid) == machine_guid]
+        return self.queues_by_qm.get(machine_guid, IndexedSet()).values()
+
+    def add_object(self, obj: DirObject) -> None:
+        self.partitions[obj.partition_id].objects[obj.guid] = obj
+        self.by_type[obj.object_type].add(obj.guid, obj)
+        if obj.object_type == MQDS_QUEUE:
+            self.queues_by_qm.setdefault(obj.properties[propid("Q_QMID")], IndexedSet()).add(obj.guid, obj)
+
+    def remove_object(self, obj: DirObject) -> None:
+        del self.partitions[obj.partition_id].objects[obj.guid]
+        self.by_type[obj.object_type].remove(obj.guid)
+        if obj.object_type == MQDS_QUEUE:
+            self.queues_by_qm[obj.properties[propid("Q_QMID")]].remove(obj.guid)
 
     def server_by_machine(self, machine_guid: str) -> Server:
         return next(s for s in self.servers.values() if s.machine_id == machine_guid)

@@ -103,6 +103,7 @@ class Simulator:
         self.acked: dict[tuple[str, str], int] = {}           # (psc, partition) -> acked seq at the authority
         self.cn_mode = {qm.name: ("v1" if self.rng.random() < v1_share else "v2") for qm in self.ent.queue_managers()}
         self.requests: list[_Request] = []
+        self._pending_replies: list[tuple[_Request, _Reply]] = []
         self.dead_letters: list[dict] = []
         self.discarded: list[dict] = []
         self.dropped: list[str] = []
@@ -301,7 +302,7 @@ class Simulator:
         properties = self._initial_properties(object_type, guid, name, site_id, extra)
         change = self._apply(partition, mqdsrp.CMD_CREATE, guid, name, properties, use_guid=False)
         obj = DirObject(object_type, guid, partition.partition_id, name, change.seq_number, dict(properties))
-        partition.objects[guid] = obj
+        self.ent.add_object(obj)
         self._notify(obj, "create", properties)
         return obj
 
@@ -316,21 +317,21 @@ class Simulator:
         self._notify(obj, "update", changed)
 
     def _update_random(self, object_type: int) -> None:
-        pool = [o for p in self.ent.partitions.values() for o in p.objects.values() if o.object_type == object_type]
+        pool = self.ent.by_type[object_type]
         if pool:
-            self._update(self.rng.choice(pool))
+            self._update(pool.choice(self.rng))
 
     def _delete_random(self, object_type: int) -> None:
-        pool = [o for p in self.ent.partitions.values() for o in p.objects.values() if o.object_type == object_type]
+        pool = self.ent.by_type[object_type]
         if len(pool) > 2:
-            self._delete(self.rng.choice(pool))
+            self._delete(pool.choice(self.rng))
 
     def _delete(self, obj: DirObject) -> None:
         partition = self.ent.partitions[obj.partition_id]
         scope = ent.SCOPE_ENTERPRISE if obj.object_type != ent.MQDS_QUEUE else obj.properties[propid("Q_SCOPE")]
         change = self._apply(partition, mqdsrp.CMD_DELETE, obj.guid, obj.path_name,
                              props(("D_SCOPE", scope), ("D_OBJTYPE", obj.object_type)), use_guid=True)
-        del partition.objects[obj.guid]
+        self.ent.remove_object(obj)
         partition.deleted[obj.guid] = DeletedObject(obj.guid, partition.partition_id, change.seq_number,
                                                     obj.object_type, scope)
         self._notify(obj, "delete", {})
@@ -510,13 +511,17 @@ class Simulator:
         for where, delay in plan:
             responder = self.rng.choice(local if where == "local" else remote)
             req.replies.append(_Reply(self.now + delay + self.rng.randint(0, 9), where, responder))
+            self._pending_replies.append((req, req.replies[-1]))
         self.requests.append(req)
 
     def _deliver_replies(self, force: bool = False) -> None:
-        for req in self.requests:
-            for reply in req.replies:
-                if reply.packet is None and (reply.at_ms <= self.now or force):
-                    self._send_reply(req, reply)
+        waiting = []
+        for req, reply in self._pending_replies:
+            if reply.at_ms <= self.now or force:
+                self._send_reply(req, reply)
+            else:
+                waiting.append((req, reply))
+        self._pending_replies = waiting
 
     def _send_reply(self, req: _Request, reply: _Reply) -> None:
         """3.2.5.1: a responder in the requester's site sends no server list; others send theirs."""

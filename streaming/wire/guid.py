@@ -4,6 +4,7 @@ Shown as lowercase xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
 """
 import re
 import uuid
+from functools import lru_cache
 
 GUID_NULL = "00000000-0000-0000-0000-000000000000"
 _CANONICAL = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -13,6 +14,7 @@ def guid_from_bytes(raw: bytes) -> str:
     return str(uuid.UUID(bytes_le=bytes(raw)))
 
 
+@lru_cache(maxsize=100_000)
 def guid_to_bytes(text: str) -> bytes:
     return uuid.UUID(text).bytes_le
 
