@@ -1,4 +1,4 @@
-"""The `dirstream` command: decode, broker, produce, run."""
+"""The `dirstream` command: decode, broker, produce, run, verify."""
 import argparse
 import json
 import sys
@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     register(sub)
     from .run_cli import register as register_run
     register_run(sub, add_kafka_arguments)
+    from .verify import register as register_verify
+    register_verify(sub)
     return parser
 
 

@@ -197,3 +197,17 @@ def checkpoint_query_id(checkpoint: str) -> str:
         os.replace(path + ".tmp", path)
     with open(path) as fh:
         return fh.read().strip()
+
+
+def start_discovery_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
+                          trigger: str = "2s", echo=print):
+    """The MQSD discovery operator: its own query over the discovery topic, its own checkpoint."""
+    from .discovery_query import TableWriter, discovery_stream
+    opts = {k: v for k, v in source_opts.items() if k not in ("topicPattern", "dataLossLog")}
+    opts["topics"] = TOPICS["mqsd"]
+    writer = TableWriter(sink_url, checkpoint_query_id(checkpoint), echo)
+    open_sink(sink_url).close()                  # create the tables (and fail fast on a bad URL)
+    stream = (discovery_stream(decoded_stream(spark, opts)).writeStream.queryName("dirstream-discovery")
+              .option("checkpointLocation", checkpoint).foreachBatch(writer))
+    stream = stream.trigger(availableNow=True) if once else stream.trigger(processingTime=parse_trigger(trigger))
+    return stream.start()

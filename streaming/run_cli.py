@@ -35,7 +35,7 @@ def register(sub, add_kafka_arguments) -> None:
 def cmd_run(args) -> int:
     import os
 
-    from .job import build_spark, source_options, start_query
+    from .job import build_spark, source_options, start_discovery_query, start_query
     from .kafka_offsets import SourceError
     from .sinks import SinkError
 
@@ -46,7 +46,7 @@ def cmd_run(args) -> int:
     os.makedirs(args.checkpoint, exist_ok=True)
     opts = source_options(args.bootstrap, settings_options,
                           args.topics.split(",") if args.topics else None, args.starting_offsets, args.max_records,
-                          not args.skip_data_loss, os.path.join(args.checkpoint, "skipped-offsets.jsonl"))
+                          not args.skip_data_loss, os.path.join(args.checkpoint, "raw-skipped-offsets.jsonl"))
     if args.topic_pattern:
         opts.pop("topics")
         opts["topicPattern"] = args.topic_pattern
@@ -54,13 +54,18 @@ def cmd_run(args) -> int:
     log.info("reading %s from %s; writing %s; checkpoint %s; master %s", opts.get("topics") or opts["topicPattern"],
              args.bootstrap, args.sink, args.checkpoint, args.master)
     spark = build_spark(args.master, conf=conf)
+    echo = lambda line: log.info("%s", line)  # noqa: E731
     try:
-        query = start_query(spark, sink_url=args.sink, checkpoint=args.checkpoint, source_opts=opts,
-                            once=args.once, trigger=args.trigger, echo=lambda line: log.info("%s", line))
+        queries = [start_query(spark, sink_url=args.sink, checkpoint=os.path.join(args.checkpoint, "raw"),
+                               source_opts=opts, once=args.once, trigger=args.trigger, echo=echo)]
+        if not args.topics and not args.topic_pattern:
+            queries.append(start_discovery_query(spark, sink_url=args.sink,
+                                                 checkpoint=os.path.join(args.checkpoint, "discovery"),
+                                                 source_opts=opts, once=args.once, trigger=args.trigger, echo=echo))
     except (SourceError, SinkError, ValueError) as exc:
         print(f"dirstream run: {exc}", file=sys.stderr)
         return 2
-    return _supervise(query, log)
+    return _supervise(queries, log)
 
 
 def _kafka_options(args) -> dict:
@@ -68,8 +73,8 @@ def _kafka_options(args) -> dict:
     return KafkaSettings.from_args(args.bootstrap, args.kafka_config, args.kafka_option).options
 
 
-def _supervise(query, log) -> int:
-    """Wait for the query; the first Ctrl-C (or SIGTERM) stops it after the batch in flight."""
+def _supervise(queries, log) -> int:
+    """Wait for the queries; the first Ctrl-C (or SIGTERM) stops them after the batches in flight."""
     stop = {"requested": False}
 
     def request_stop(signum, _frame):
@@ -81,19 +86,23 @@ def _supervise(query, log) -> int:
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     try:
-        while query.isActive:
-            query.awaitTermination(0.5)
+        while any(q.isActive for q in queries):
+            time.sleep(0.5)
+            if any(q.exception() is not None for q in queries if not q.isActive):
+                break
             if stop["requested"]:
                 deadline = time.monotonic() + 600
-                while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                while any(q.isActive and q.status.get("isTriggerActive") for q in queries) \
+                        and time.monotonic() < deadline:
                     time.sleep(0.2)
-                query.stop()
                 break
     except KeyboardInterrupt:
-        query.stop()
-    error = query.exception()
-    if error is not None:
-        print(f"dirstream run: the query failed: {_short(error)}", file=sys.stderr)
+        pass
+    for q in queries:
+        q.stop()
+    errors = [q.exception() for q in queries if q.exception() is not None]
+    if errors:
+        print(f"dirstream run: the query failed: {_short(errors[0])}", file=sys.stderr)
         return 1
     log.info("stopped cleanly")
     return 0

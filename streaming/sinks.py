@@ -19,6 +19,8 @@ class Table:
     key: tuple[str, ...]
     mode: str = "insert"                        # insert (keep first) | accumulate (add counts) | replace (upsert)
     counters: tuple[str, ...] = ()
+    keep_min: tuple[str, ...] = ()              # replace mode: columns that keep the smaller value (first seen)
+    keep_max: tuple[str, ...] = ()              # replace mode: columns that keep the larger value (last seen)
 
     @property
     def column_names(self) -> list[str]:
@@ -28,8 +30,8 @@ class Table:
 TABLES: dict[str, Table] = {}
 
 
-def table(name, columns, key, mode="insert", counters=()) -> Table:
-    t = Table(name, tuple(columns), tuple(key), mode, tuple(counters))
+def table(name, columns, key, mode="insert", counters=(), keep_min=(), keep_max=()) -> Table:
+    t = Table(name, tuple(columns), tuple(key), mode, tuple(counters), tuple(keep_min), tuple(keep_max))
     TABLES[name] = t
     return t
 
@@ -51,6 +53,19 @@ PIPELINE_PROGRESS = table("pipeline_progress", [
     ("input_rows", "bigint"), ("good_rows", "bigint"), ("dead_letters", "bigint"), ("rows_per_second", "double"),
     ("duration_ms", "bigint"), ("end_offsets", "json"), ("lag", "json"), ("total_lag", "bigint"),
     ("skipped_offsets", "bigint")], ["query_id", "batch_id"])
+
+DISCOVERY_REQUESTS = table("discovery_requests", [
+    ("request_id", "text"), ("enterprise_id", "text"), ("client_site", "text"), ("client", "text"),
+    ("sent_at", "timestamp"), ("outcome", "text"), ("directory_servers", "json"), ("connected_networks", "json"),
+    ("replies", "bigint"), ("completed_at", "timestamp")], ["request_id"], mode="replace")
+SITE_TOPOLOGY = table("site_topology", [
+    ("site_id", "text"), ("directory_server", "text"), ("ip_supported", "bool"), ("ipx_supported", "bool"),
+    ("connected_networks", "json"), ("first_seen", "timestamp"), ("last_seen", "timestamp")],
+    ["site_id", "directory_server"], mode="replace", keep_min=("first_seen",), keep_max=("last_seen",))
+DISCOVERY_UNMATCHED = table("discovery_unmatched_replies", [
+    ("request_id", "text"), ("responder", "text"), ("arrival_time", "timestamp"), ("reason", "text"),
+    ("directory_service_server_size", "bigint"), ("connected_networks", "json")],
+    ["request_id", "responder", "arrival_time"])
 
 _SQL_TYPES = {
     "sqlite": {"text": "TEXT", "bigint": "INTEGER", "double": "REAL", "bool": "INTEGER", "bytes": "BLOB",
@@ -114,7 +129,11 @@ class Sink:
         elif t.mode == "accumulate":
             action = "DO UPDATE SET " + ", ".join(f"{c} = {t.name}.{c} + excluded.{c}" for c in t.counters)
         else:
-            action = "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in names if c not in t.key)
+            least, greatest = ("min", "max") if self.dialect == "sqlite" else ("LEAST", "GREATEST")
+            action = "DO UPDATE SET " + ", ".join(
+                f"{c} = {least}({t.name}.{c}, excluded.{c})" if c in t.keep_min else
+                f"{c} = {greatest}({t.name}.{c}, excluded.{c})" if c in t.keep_max else
+                f"{c} = excluded.{c}" for c in names if c not in t.key)
         return f"INSERT INTO {t.name} ({', '.join(names)}) VALUES ({marks}) {conflict} {action}"
 
     def _values(self, t: Table, row: dict) -> tuple:

@@ -118,3 +118,19 @@ class Discovery:
         servers = [name for _ip, _ipx, name in kept.servers] if kept and kept.server_size else []
         return Outcome(request_id, state.request, outcome, at_ms, servers,
                        list(kept.connected_networks) if kept else [], state.replies)
+
+
+def state_to_json(state: DiscoveryState) -> str:
+    import dataclasses
+    import json
+    return json.dumps(dataclasses.asdict(state))
+
+
+def state_from_json(text: str) -> DiscoveryState:
+    import json
+    d = json.loads(text)
+    reply = lambda r: Reply(r["arrival_ms"], r["responder"], r["server_size"], [tuple(s) for s in r["servers"]],
+                            r["connected_networks"], r["responding_site_id"])  # noqa: E731
+    return DiscoveryState(Request(**d["request"]) if d["request"] else None,
+                          reply(d["kept"]) if d["kept"] else None, [reply(r) for r in d["early"]],
+                          d["deadline_ms"], d["replies"], d["done"])

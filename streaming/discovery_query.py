@@ -1,0 +1,154 @@
+"""MQSD discovery as a stateful streaming operator: transformWithStateInPandas keyed by RequestID,
+driven by the sans-IO core in streaming/operators/discovery.py, with event-time timers.
+
+Outputs go to discovery_requests (each request's outcome as its client would decide it),
+site_topology (which directory servers serve which site, with their connected networks) and
+discovery_unmatched_replies (replies no request claimed: recorded, not lost).
+"""
+import json
+from datetime import datetime, timezone
+
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+from pyspark.sql.types import StringType, StructField, StructType
+
+from .operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, Reply, Request, state_from_json,
+                                  state_to_json)
+from .wire import decode
+
+OUTPUT_DDL = "table_name string, payload string"
+WATERMARK_DELAY = "10 seconds"
+FORGET_AFTER_MS = 15_000           # a completed request is kept this long to recognise late replies
+
+
+def _ts(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+
+
+class DiscoveryProcessor(StatefulProcessor):
+    def init(self, handle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("discovery", StructType([StructField("json", StringType())]))
+        self.core = Discovery()
+
+    def _load(self) -> DiscoveryState:
+        return state_from_json(self.state.get()[0]) if self.state.exists() else DiscoveryState()
+
+    def _save(self, st: DiscoveryState) -> None:
+        for t in list(self.handle.listTimers()):
+            self.handle.deleteTimer(t)
+        self.state.update((state_to_json(st),))
+        if st.done:
+            self.handle.registerTimer(max(st.deadline_ms or 0, self._completed_at) + FORGET_AFTER_MS)
+        elif st.deadline_ms is not None:
+            self.handle.registerTimer(st.deadline_ms)
+
+    def handleInputRows(self, key, rows, timerValues):
+        request_id = key[0]
+        st, out = self._load(), []
+        frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
+        for body, arrival, source in zip(frame["body"], frame["arrival_ms"], frame["source_machine"]):
+            packet = decode("mqsd", body)
+            if packet.client_request is not None:
+                r = packet.client_request
+                out += self.core.on_request(st, request_id, Request(int(arrival), r.enterprise_id, r.site_id, source))
+            else:
+                r = packet.server_reply
+                reply = Reply(int(arrival), source, r.directory_service_server_size,
+                              [(e.ip_supported, e.ipx_supported, e.name) for e in r.directory_service_server_array or []],
+                              list(r.connected_network_array), r.responding_site_id)
+                out += self.core.on_reply(st, request_id, reply)
+                out += self._topology(st, reply)
+        yield from self._emit(st, out)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        st = self._load()
+        if st.done:
+            self.state.clear()                 # kept only to recognise late replies
+            return
+        out = self.core.on_timer(st, key[0], expiredTimerInfo.getExpiryTimeInMs())
+        yield from self._emit(st, out)
+
+    def _emit(self, st: DiscoveryState, out: list):
+        rows = []
+        self._completed_at = 0
+        for item in out:
+            if isinstance(item, Outcome):
+                self._completed_at = item.completed_ms
+                rows.append(("discovery_requests", json.dumps({
+                    "request_id": item.request_id, "enterprise_id": item.request.enterprise_id,
+                    "client_site": item.request.site_id, "client": item.request.client,
+                    "sent_at": _ts(item.request.arrival_ms), "outcome": item.outcome,
+                    "directory_servers": item.directory_servers, "connected_networks": item.connected_networks,
+                    "replies": item.replies, "completed_at": _ts(item.completed_ms)})))
+            elif isinstance(item, Orphan):
+                rows.append(("discovery_unmatched_replies", json.dumps({
+                    "request_id": item.request_id, "responder": item.reply.responder,
+                    "arrival_time": _ts(item.reply.arrival_ms), "reason": item.reason,
+                    "directory_service_server_size": item.reply.server_size,
+                    "connected_networks": item.reply.connected_networks})))
+            else:
+                rows.append(item)
+        if st.done and st.request is None:
+            self.state.clear()
+            for t in list(self.handle.listTimers()):
+                self.handle.deleteTimer(t)
+        else:
+            self._save(st)
+        if rows:
+            yield pd.DataFrame(rows, columns=["table_name", "payload"])
+
+    @staticmethod
+    def _topology(st: DiscoveryState, reply: Reply) -> list:
+        """Which directory servers serve which site: a remote reply names them (3.2.5.1); a local one
+        only tells that its sender serves the requester's site."""
+        seen = _ts(reply.arrival_ms)
+        if reply.server_size and reply.responding_site_id:
+            return [("site_topology", json.dumps({
+                "site_id": reply.responding_site_id, "directory_server": name, "ip_supported": ip,
+                "ipx_supported": ipx, "connected_networks": reply.connected_networks, "first_seen": seen,
+                "last_seen": seen})) for ip, ipx, name in reply.servers]
+        if st.request is not None and reply.server_size == 0:
+            return [("site_topology", json.dumps({
+                "site_id": st.request.site_id, "directory_server": reply.responder, "ip_supported": True,
+                "ipx_supported": None, "connected_networks": reply.connected_networks, "first_seen": seen,
+                "last_seen": seen}))]
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def discovery_stream(decoded):
+    from pyspark.sql import functions as F
+    return (decoded.filter("ok")
+            .withColumn("arrival_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
+            .withWatermark("arrival_time", WATERMARK_DELAY)
+            .select("state_key", "arrival_ms", "arrival_time", "topic", "partition", "offset", "body",
+                    "source_machine")
+            .groupBy("state_key")
+            .transformWithStateInPandas(DiscoveryProcessor(), OUTPUT_DDL, "Append", "EventTime"))
+
+
+class TableWriter:
+    """foreachBatch for operator outputs: rows of (table_name, JSON payload) upserted in one transaction."""
+
+    def __init__(self, sink_url: str, query_id: str, echo=print, label: str = "discovery"):
+        self.sink_url, self.query_id, self.echo, self.label = sink_url, query_id, echo, label
+        self._sink = None
+
+    def __call__(self, df, batch_id: int) -> None:
+        from .sinks import open_sink
+        if self._sink is None:
+            self._sink = open_sink(self.sink_url)
+        rows: dict[str, list[dict]] = {}
+        for r in df.collect():
+            payload = json.loads(r["payload"])
+            for k, v in payload.items():
+                if k.endswith(("_at", "_seen", "_time")) and isinstance(v, str):
+                    payload[k] = datetime.fromisoformat(v)
+            rows.setdefault(r["table_name"], []).append(payload)
+        written = self._sink.write_batch(self.query_id, batch_id, rows)
+        if any(rows.values()):
+            self.echo(f"{self.label} batch {batch_id}: " + ", ".join(f"{len(v)} {k}" for k, v in rows.items())
+                      + ("" if written else " (already written: skipped)"))
