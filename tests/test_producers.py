@@ -187,7 +187,8 @@ def test_responder_answers_sync_requests_over_kafka(broker, tmp_path):
                      "--truth", str(truth_file)).returncode == 0
     truth = json.loads(truth_file.read_text())
     site = truth["servers"]["psc1"]["site_id"]
-    request = mqdsrp.new_message(site, mqdsrp.SyncRequestMessage(GUID_NULL, 0, MAX_SEQ_NUMBER, 0, 0, 1, "psc1"))
+    purged = seq_from_hex(truth["partitions"][GUID_NULL]["purged_seq_number"])      # known: no AlreadyPurged
+    request = mqdsrp.new_message(site, mqdsrp.SyncRequestMessage(GUID_NULL, 0, MAX_SEQ_NUMBER, purged, 0, 1, "psc1"))
     pub = ConfluentPublisher(KafkaSettings(broker))
     from producers.kafka import ensure_topics
     ensure_topics(KafkaSettings(broker), {OUTBOUND_TOPIC: 1})
@@ -195,14 +196,15 @@ def test_responder_answers_sync_requests_over_kafka(broker, tmp_path):
         "mqdsrp", encode("mqdsrp", request), source_machine="psc1", destination_machine="pec0",
         destination_queue="q", sent_time=1), {"mqdsrp": OUTBOUND_TOPIC})
     pub.close()
-    before = len(consume_all(broker, TOPICS["mqdsrp"]))
     done = dirstream("produce", "respond", "--bootstrap", broker, "--truth", str(truth_file), "--idle-exit", "3")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["sync_replies"] >= 1
-    records = consume_all(broker, TOPICS["mqdsrp"])[before:]
+    # The simulator sends no SyncReply: every one on the topic is the responder's (partitions
+    # interleave, so they are found by content, not by position).
+    records = consume_all(broker, TOPICS["mqdsrp"])
     replies = [decode("mqdsrp", decode_envelope(r.value())["body"]).sync_reply for r in records
                if r.key() == b"psc1"]
-    replies = [r for r in replies if r is not None]
+    replies = sorted((r for r in replies if r is not None), key=lambda r: r.sync_reply_header.to_seq_number)
     changes = [c for r in replies for c in r.directory_changes]
     enterprise = truth["partitions"][GUID_NULL]
     assert {c.guid_identifier for c in changes if c.command == mqdsrp.CMD_SYNC} == set(enterprise["objects"])
