@@ -171,9 +171,6 @@ class Enterprise:
                 return p.objects[guid]
         return None
 
-    def live(self, partition_id: str, object_type: int) -> list[DirObject]:
-        return [o for o in self.partitions[partition_id].objects.values() if o.object_type == object_type]
-
     def queues_of(self, machine_guid: str) -> list[DirObject]:
         return self.queues_by_qm.get(machine_guid, IndexedSet()).values()
 

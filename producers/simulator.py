@@ -26,7 +26,6 @@ from streaming.wire import encode, mqcn, mqdsrp, mqsd
 from streaming.wire.guid import GUID_NULL
 from streaming.wire.properties import Property
 from streaming.wire.propids import propid
-from streaming.wire.seqnum import seq_hex
 
 from . import enterprise as ent
 from .enterprise import DeletedObject, DirObject, Enterprise, props, security_descriptor
@@ -38,7 +37,6 @@ BSC_ACK_FIRST_MS, BSC_ACK_MS = 5_000, 12 * 3_600_000   # BSC Ack Timer, notes <7
 PURGE_BUFFER = 1024                                    # 3.1.7.2.9
 ACK_EVERY = 256                                        # 3.1.7.2.3: 8th byte of LastSeqNumber == 0x00
 QUIET_TAIL_MS = 16 * 60_000                            # past the 15-minute MQCN batching window
-DISCOVERY_WAIT_MS = 15_000                             # MQSD Wait For Response Timer
 NACK_CLASSES = ("NackBadSignature", "NackReachQueueTimeout", "NackBadDestQueue")
 
 
@@ -620,6 +618,3 @@ class Simulator:
         from .truth import build_truth
         return build_truth(self)
 
-
-def seq(value: int) -> str:
-    return seq_hex(value)

@@ -11,7 +11,7 @@
 """
 from streaming.wire.propids import PROPIDS, propid
 from streaming.wire.propvariant import VT_BLOB
-from streaming.wire.seqnum import seq_from_hex, seq_hex
+from streaming.wire.seqnum import seq_hex
 
 from . import enterprise as ent
 
@@ -109,6 +109,3 @@ def discovery_result(req) -> dict:
         "replies": len(replies),
     }
 
-
-def seq_of(text: str) -> int:
-    return seq_from_hex(text)

@@ -1,16 +1,15 @@
 """The decode stage: Kafka records -> envelope fields + a decoded-body summary, or a dead letter.
 
-Runs in Python workers through mapInArrow. A record whose Avro envelope or protocol body does not
+Runs in the Kafka source's reading tasks (source option decode=true). A record whose Avro envelope or protocol body does not
 decode is marked ok=false with the error (structure, field, byte offset, reason) and keeps its
 raw Kafka value; the good records of the same batch go on.
 """
-import io
 import json
 
 import fastavro
 import pyarrow as pa
 
-from .envelope import SCHEMA_IDS, EnvelopeError, schemas_dir
+from .envelope import EnvelopeError, schemas_dir, unframe
 from .topics import PROTOCOL_OF_TOPIC
 from .wire import WireError, decode
 
@@ -27,20 +26,12 @@ DECODED_FIELDS = [
     ("error_reason", pa.string()), ("error", pa.string()), ("raw_value", pa.binary()),
 ]
 DECODED_ARROW = pa.schema(DECODED_FIELDS)
-DECODED_DDL = ", ".join(f"{name} {ddl}" for name, ddl in [
-    ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("kafka_timestamp", "timestamp"),
-    ("key", "string"), ("protocol", "string"), ("ok", "boolean"), ("message_id", "string"),
-    ("message_class", "string"), ("sender_identifier_type", "string"), ("sender_identifier", "string"),
-    ("authentication_level", "string"), ("hash_algorithm", "string"), ("source_machine", "string"),
-    ("destination_machine", "string"), ("destination_queue", "string"), ("sent_time", "timestamp"),
-    ("arrival_time", "timestamp"), ("body", "binary"), ("kind", "string"), ("flags", "string"),
-    ("state_key", "string"),
-    ("error_structure", "string"), ("error_field", "string"), ("error_offset", "bigint"),
-    ("error_reason", "string"), ("error", "string"), ("raw_value", "binary")])
+_SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "bigint", pa.bool_(): "boolean",
+                pa.binary(): "binary", pa.timestamp("us", tz="UTC"): "timestamp"}
+DECODED_DDL = ", ".join(f"{name} {_SPARK_TYPES[ty]}" for name, ty in DECODED_FIELDS)
 ENVELOPE_FIELDS = ("message_id", "message_class", "sender_identifier_type", "sender_identifier",
                    "authentication_level", "hash_algorithm", "source_machine", "destination_machine",
                    "destination_queue", "sent_time", "arrival_time")
-_ENVELOPE_ID = SCHEMA_IDS["envelope"]
 
 
 def _plain_envelope_schema():
@@ -58,23 +49,7 @@ class Decoder:
         self.schema = _plain_envelope_schema()
 
     def envelope(self, value: bytes | None) -> dict:
-        if value is None or len(value) < 5:
-            raise EnvelopeError("(frame)", 0, f"value of {0 if value is None else len(value)} bytes is shorter "
-                                              "than the 5-byte Confluent frame header")
-        if value[0] != 0:
-            raise EnvelopeError("(magic)", 0, f"magic byte must be 0x00, got 0x{value[0]:02x}")
-        schema_id = int.from_bytes(value[1:5], "big")
-        if schema_id != _ENVELOPE_ID:
-            raise EnvelopeError("(schema id)", 1, f"schema id {schema_id} is not the envelope's ({_ENVELOPE_ID})")
-        buf = io.BytesIO(value)
-        buf.seek(5)
-        try:
-            env = fastavro.schemaless_reader(buf, self.schema, None)
-        except Exception as exc:  # corrupt Avro raises many exception types
-            raise EnvelopeError("(avro)", buf.tell(), f"not a valid envelope: {type(exc).__name__}: {exc}") from None
-        if buf.tell() != len(value):
-            raise EnvelopeError("(avro)", buf.tell(), f"{len(value) - buf.tell()} bytes left after the envelope")
-        return env
+        return unframe(value, "envelope", self.schema)[1]
 
     def row(self, topic: str, partition: int, offset: int, ts, key: bytes | None, value: bytes | None) -> tuple:
         """One output row, as a tuple in DECODED_ARROW order."""
@@ -116,10 +91,8 @@ def summarize(protocol: str, record) -> tuple[str, str | None]:
     elif protocol == "mqcn":
         if record.body is not None:
             kind, flags = f"v2:event {record.body.event}", record.flags + record.body.flags
-        elif record.updates is not None:
-            kind, flags = f"v1:{len(record.updates)} updates", record.flags + [f for u in record.updates for f in u.flags]
         else:
-            kind, flags = f"version {record.version}", record.flags
+            kind, flags = f"v1:{len(record.updates)} updates", record.flags + [f for u in record.updates for f in u.flags]
     else:
         msg = record.message
         kind, flags = record.packet_type, msg.flags
@@ -135,7 +108,7 @@ def state_key(protocol: str, record, env: dict) -> str:
 
 
 def decode_batches(batches):
-    """mapInArrow function: source record batches in, DECODED_ARROW batches out."""
+    """Source record batches in, DECODED_ARROW batches out."""
     decoder = Decoder()
     for batch in batches:
         timestamps = batch.column("timestamp").cast(pa.int64()).to_pylist()

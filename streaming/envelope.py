@@ -52,8 +52,9 @@ def frame(name: str, datum: dict) -> bytes:
     return buf.getvalue()
 
 
-def unframe(data: bytes, expected: str | None = None) -> tuple[str, dict]:
-    """(schema name, datum) of a framed value; EnvelopeError says what is wrong and where."""
+def unframe(data: bytes, expected: str | None = None, reader_schema=None) -> tuple[str, dict]:
+    """(schema name, datum) of a framed value; EnvelopeError says what is wrong and where.
+    reader_schema replaces the parsed .avsc (the decode stage passes one without logical types)."""
     if data is None or len(data) < 5:
         raise EnvelopeError("(frame)", 0, f"value of {0 if data is None else len(data)} bytes is shorter than "
                                           "the 5-byte Confluent frame header")
@@ -67,7 +68,7 @@ def unframe(data: bytes, expected: str | None = None) -> tuple[str, dict]:
     buf = io.BytesIO(data)
     buf.seek(5)
     try:
-        datum = fastavro.schemaless_reader(buf, schema(name), None)
+        datum = fastavro.schemaless_reader(buf, reader_schema or schema(name), None)
     except Exception as exc:  # fastavro raises many types for corrupt input
         raise EnvelopeError("(avro)", buf.tell(), f"not valid Avro for schema {name}: {type(exc).__name__}: {exc}") \
             from None

@@ -4,9 +4,8 @@ import logging
 import os
 import sys
 import time
-from collections import defaultdict
 
-from .kafka_offsets import EndOffsets, SourceError
+from .kafka_offsets import EndOffsets
 from .kafka_source import SOURCE_NAME, client_conf, register
 from .sinks import open_sink, utcnow
 from .topics import TOPICS
@@ -69,7 +68,6 @@ class BatchWriter:
         self._sink = None
         self._offsets = None
         self._ends: dict[tuple[str, int], int] = {}
-        self._skipped_seen = 0
 
     @property
     def sink(self):
@@ -143,7 +141,7 @@ class BatchWriter:
                 topics = [t for t in opts.get("topics", "").split(",") if t] or None
                 self._offsets = EndOffsets(client_conf(opts), topics, opts.get("topicPattern"))
             return self._offsets.ends()
-        except (SourceError, Exception) as exc:        # lag is informative; never fail a batch over it
+        except Exception as exc:        # lag is informative (SourceError or client errors): never fail a batch
             log.warning("could not read end offsets for lag: %s", exc)
             return {}
 
@@ -174,13 +172,14 @@ def parse_trigger(text: str) -> str:
 
 def start_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
                 trigger: str = "2s", echo=print):
-    from pyspark.sql.streaming import StreamingQuery  # noqa: F401
     data_loss_log = source_opts.get("dataLossLog")
     writer = BatchWriter(sink_url, source_opts, checkpoint_query_id(checkpoint), data_loss_log, echo)
     writer.sink  # open (and create tables) before starting, so a bad URL fails fast
-    decoded = decoded_stream(spark, source_opts)
-    stream = (decoded.writeStream.queryName("dirstream").option("checkpointLocation", checkpoint)
-              .foreachBatch(writer))
+    return _start(decoded_stream(spark, source_opts), "dirstream", checkpoint, writer, once, trigger)
+
+
+def _start(frame, name: str, checkpoint: str, writer, once: bool, trigger: str):
+    stream = frame.writeStream.queryName(name).option("checkpointLocation", checkpoint).foreachBatch(writer)
     stream = stream.trigger(availableNow=True) if once else stream.trigger(processingTime=parse_trigger(trigger))
     return stream.start()
 
@@ -207,7 +206,5 @@ def start_discovery_query(spark, *, sink_url: str, checkpoint: str, source_opts:
     opts["topics"] = TOPICS["mqsd"]
     writer = TableWriter(sink_url, checkpoint_query_id(checkpoint), echo)
     open_sink(sink_url).close()                  # create the tables (and fail fast on a bad URL)
-    stream = (discovery_stream(decoded_stream(spark, opts)).writeStream.queryName("dirstream-discovery")
-              .option("checkpointLocation", checkpoint).foreachBatch(writer))
-    stream = stream.trigger(availableNow=True) if once else stream.trigger(processingTime=parse_trigger(trigger))
-    return stream.start()
+    return _start(discovery_stream(decoded_stream(spark, opts)), "dirstream-discovery", checkpoint, writer, once,
+                  trigger)

@@ -1,6 +1,5 @@
 """`dirstream verify`: compare the sink with the simulator's ground truth and print every difference."""
 import json
-import sys
 
 from .sinks import open_sink
 

@@ -6,7 +6,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import dirstream, simulate
+from conftest import simulate
 
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics
 from streaming.envelope import encode_envelope, make_envelope
