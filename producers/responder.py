@@ -21,7 +21,7 @@ from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex
 from .truth import properties_from_json
 
 log = logging.getLogger("dirstream.responder")
-SYNC_REPLY_CHUNK = 500          # DirectoryChanges per SyncReplyMessage (the spec sets no limit)
+SYNC_REPLY_CHUNK = 500          # DirectoryChanges per sync0 SyncReplyMessage (the spec sets no limit)
 MQ_OK = 0
 MQDS_OBJECT_TYPES = {"queue": 1, "machine": 2, "site": 3, "connected_network": 5, "enterprise": 6, "user": 7,
                      "routing_link": 8}
@@ -124,9 +124,11 @@ class Authorities:
         return changes
 
     def _sync_replies(self, authority, req, changes, to, last, purged, envelope) -> list[Answer]:
-        chunks = [changes[i:i + SYNC_REPLY_CHUNK] for i in range(0, len(changes), SYNC_REPLY_CHUNK)] or [[]]
-        if req.is_sync0:
-            chunks = chunks[:1]             # sync0: one reply per request; CompleteSync0 = 1 asks for more
+        # 3.2.7.3 answers a request with one SyncReplyMessage holding every change in [From, To]. Only
+        # sync0 is served in parts: CompleteSync0 = 1 makes the requester ask for the rest (3.3.7.5).
+        # (Splitting a normal reply would let the requester apply its pending changes between the
+        # parts, on top of objects the later parts would have replaced.)
+        chunks = [changes[:SYNC_REPLY_CHUNK]] if req.is_sync0 else [changes]
         answers, previous = [], req.from_seq_number
         for index, chunk in enumerate(chunks):
             for change in chunk:            # PreviousSeqNumber chains from FromSeqNumber (3.2.7.3)
@@ -149,7 +151,15 @@ class Authorities:
         self.stats["change_replies"] += 1
         hdr = req.change_request_header
         reply = mqdsrp.ChangeReplyMessage(hdr.request_identifier, MQ_OK, hdr.requester_name)
-        return [self._send(part["authority"], hdr.requester_name, reply, envelope)]
+        return [self._send(part["authority"], self._reply_destination(part["authority"], hdr), reply, envelope)]
+
+    def _reply_destination(self, authority: str, hdr: mqdsrp.ChangeRequestHeader) -> str:
+        """3.2.7.6: the requester if it is a directory neighbour of the authority (a PSC, or a BSC of the
+        authority's site), else the requester's PSC, named in PSCName."""
+        requester = self.servers.get(hdr.requester_name, {})
+        neighbour = requester.get("role") in ("PEC", "PSC") or \
+            requester.get("site_id") == self.servers[authority]["site_id"]
+        return hdr.requester_name if neighbour or not hdr.psc_name else hdr.psc_name
 
     def _send(self, authority: str, dest: str, inner, request_envelope: dict) -> Answer:
         server = self.servers[authority]

@@ -197,11 +197,18 @@ class Simulator:
                                                 f"link-{e.site_index(a)}-{e.site_index(b)}", None, (a, b))
         for n in range(len(e.sites)):
             yield lambda n=n: self._create(ent.MQDS_USER, e.new_guid(), f"user{n}", None)
+        # The sites reach every directory server (intersite, then intrasite propagation) before their
+        # partitions' first objects do, as in an enterprise that is set up site by site.
+        yield lambda: self._advance(INTERSITE_MS)
+        yield lambda: self._advance(2 * INTRASITE_MS)
         for server in list(e.servers.values()):
             yield lambda s=server: self._create(ent.MQDS_MACHINE, s.machine_id, s.name, s.site_id, s)
         for qm in e.queue_managers():
             for q in range(self.queues_per_qm):
                 yield lambda qm=qm, q=q: self._create_queue(qm, f"{qm.name}\\queue{q}")
+
+    def _advance(self, ms: int) -> None:
+        self.now += ms
 
     def _random_op(self) -> None:
         e, r = self.ent, self.rng.random()
@@ -367,7 +374,10 @@ class Simulator:
         next_hop = psc_name if psc_name and psc_name != authority.name else authority.name
         self._emit_replication(requester, next_hop, mqdsrp.ChangeRequestMessage(header, change), "ChangeRequest")
         reply = mqdsrp.ChangeReplyMessage(self._request_id, 0, requester.name)
-        self._emit_replication(authority, requester.name, reply, "ChangeReply")
+        # 3.2.7.6: to the requester if it is a directory neighbour of the authority, else via its PSC
+        # (which forwarded the request and relays the reply).
+        neighbour = requester.is_psc or requester.site_id == authority.site_id
+        self._emit_replication(authority, requester.name if neighbour else psc_name, reply, "ChangeReply")
 
     # ================================================================== propagation, acks, purge
     def _flush(self, intersite: bool) -> None:

@@ -149,6 +149,10 @@ class TableWriter:
                     payload[k] = datetime.fromisoformat(v)
             rows.setdefault(r["table_name"], []).append(payload)
         written = self._sink.write_batch(self.query_id, batch_id, rows)
+        self.after_write(rows)
         if any(rows.values()):
             self.echo(f"{self.label} batch {batch_id}: " + ", ".join(f"{len(v)} {k}" for k, v in rows.items())
                       + ("" if written else " (already written: skipped)"))
+
+    def after_write(self, rows: dict[str, list[dict]]) -> None:
+        """Called after every batch, also one already written (a replay): side effects go here."""

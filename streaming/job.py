@@ -208,3 +208,18 @@ def start_discovery_query(spark, *, sink_url: str, checkpoint: str, source_opts:
     open_sink(sink_url).close()                  # create the tables (and fail fast on a bad URL)
     return _start(discovery_stream(decoded_stream(spark, opts)), "dirstream-discovery", checkpoint, writer, once,
                   trigger)
+
+
+def start_replication_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
+                            trigger: str = "2s", echo=print, pec_name: str | None = None,
+                            outbound_topic: str | None = None, kafka_conf: dict | None = None):
+    """The MQDSRP replication operator: its own query over the replication topic and checkpoint;
+    what the servers send goes to outbound_messages and, if outbound_topic is set, to Kafka."""
+    from .replication_query import ReplicationWriter, replication_stream
+    opts = {k: v for k, v in source_opts.items() if k not in ("topicPattern", "dataLossLog")}
+    opts["topics"] = TOPICS["mqdsrp"]
+    outbound = {"topic": outbound_topic, "kafka": kafka_conf or {}} if outbound_topic else None
+    writer = ReplicationWriter(sink_url, checkpoint_query_id(checkpoint), echo, outbound)
+    open_sink(sink_url).close()
+    return _start(replication_stream(decoded_stream(spark, opts), pec_name), "dirstream-replication", checkpoint,
+                  writer, once, trigger)

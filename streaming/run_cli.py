@@ -6,6 +6,7 @@ import time
 
 DEFAULT_SINK = "sqlite:///var/dirstream.db"
 DEFAULT_CHECKPOINT = "var/checkpoint"
+from .topics import OUTBOUND_TOPIC
 
 
 def register(sub, add_kafka_arguments) -> None:
@@ -27,6 +28,10 @@ def register(sub, add_kafka_arguments) -> None:
     topics = run.add_mutually_exclusive_group()
     topics.add_argument("--topics", help="comma-separated topics (default: the three raw topics)")
     topics.add_argument("--topic-pattern", help="regular expression over topic names")
+    run.add_argument("--pec-name", help="the PEC's machine name, as an administrator gives it (MQDSRP 3.1.3.1); "
+                                        "default: learnt from the traffic")
+    run.add_argument("--outbound-topic", default=OUTBOUND_TOPIC,
+                     help=f"topic for what the replicas send (default {OUTBOUND_TOPIC}); 'none' to only record it")
     run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                      help="extra Spark setting; repeatable")
     run.set_defaults(func=cmd_run)
@@ -35,7 +40,7 @@ def register(sub, add_kafka_arguments) -> None:
 def cmd_run(args) -> int:
     import os
 
-    from .job import build_spark, source_options, start_discovery_query, start_query
+    from .job import build_spark, source_options, start_discovery_query, start_query, start_replication_query
     from .kafka_offsets import SourceError
     from .sinks import SinkError
 
@@ -62,10 +67,22 @@ def cmd_run(args) -> int:
             queries.append(start_discovery_query(spark, sink_url=args.sink,
                                                  checkpoint=os.path.join(args.checkpoint, "discovery"),
                                                  source_opts=opts, once=args.once, trigger=args.trigger, echo=echo))
+            outbound = None if args.outbound_topic.lower() == "none" else args.outbound_topic
+            if outbound:
+                _ensure_topic(args.bootstrap, settings_options, outbound)
+            queries.append(start_replication_query(
+                spark, sink_url=args.sink, checkpoint=os.path.join(args.checkpoint, "replication"),
+                source_opts=opts, once=args.once, trigger=args.trigger, echo=echo, pec_name=args.pec_name,
+                outbound_topic=outbound, kafka_conf={"bootstrap.servers": args.bootstrap, **settings_options}))
     except (SourceError, SinkError, ValueError) as exc:
         print(f"dirstream run: {exc}", file=sys.stderr)
         return 2
     return _supervise(queries, log)
+
+
+def _ensure_topic(bootstrap: str, options: dict, topic: str) -> None:
+    from producers.kafka import KafkaSettings, ensure_topics
+    ensure_topics(KafkaSettings(bootstrap, options), {topic: 1})
 
 
 def _kafka_options(args) -> dict:

@@ -67,6 +67,31 @@ DISCOVERY_UNMATCHED = table("discovery_unmatched_replies", [
     ("directory_service_server_size", "bigint"), ("connected_networks", "json")],
     ["request_id", "responder", "arrival_time"])
 
+# MC-MQDSRP replicas (streaming/replication_query.py): one row per server, partition, object, ...
+REPLICATION_SERVERS = table("replication_servers", [
+    ("server", "text"), ("role", "text"), ("site_id", "text"), ("psc_name", "text"), ("pec_name", "text"),
+    ("psc_neighbors", "json"), ("bsc_neighbors", "json"), ("deleted_objects", "bigint"),
+    ("forwarded_requests", "bigint"), ("updated_at", "timestamp")], ["server"], mode="replace")
+REPLICATION_PARTITIONS = table("replication_partitions", [
+    ("server", "text"), ("partition_id", "text"), ("authority", "text"), ("owned", "bool"), ("last_seq", "text"),
+    ("purged_seq", "text"), ("allowed_purge_seq", "text"), ("purge_state", "text"), ("pending_count", "bigint"),
+    ("change_missing_window", "text"), ("updated_at", "timestamp")], ["server", "partition_id"], mode="replace")
+DIRECTORY_OBJECTS = table("directory_objects", [
+    ("server", "text"), ("object_guid", "text"), ("partition_id", "text"), ("object_type", "text"),
+    ("path_name", "text"), ("seq_number", "text"), ("deleted", "bool"), ("properties", "json"),
+    ("updated_at", "timestamp")], ["server", "object_guid"], mode="replace")
+DELETED_OBJECTS = table("deleted_objects", [
+    ("server", "text"), ("identifier", "text"), ("partition_id", "text"), ("seq_number", "text"),
+    ("object_type", "text"), ("scope", "bigint"), ("status", "text"), ("updated_at", "timestamp")],
+    ["server", "identifier"], mode="replace")
+PENDING_CHANGES = table("pending_changes", [
+    ("server", "text"), ("partition_id", "text"), ("seq_number", "text"), ("previous_seq_number", "text"),
+    ("command", "text"), ("object", "text"), ("status", "text"), ("updated_at", "timestamp")],
+    ["server", "partition_id", "seq_number"], mode="replace")
+OUTBOUND_MESSAGES = table("outbound_messages", [
+    ("message_id", "text"), ("server", "text"), ("destination", "text"), ("operation", "text"), ("reason", "text"),
+    ("partition_id", "text"), ("detail", "json"), ("body", "text"), ("sent_at", "timestamp")], ["message_id"])
+
 _SQL_TYPES = {
     "sqlite": {"text": "TEXT", "bigint": "INTEGER", "double": "REAL", "bool": "INTEGER", "bytes": "BLOB",
                "timestamp": "TEXT", "json": "TEXT"},

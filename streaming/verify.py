@@ -3,7 +3,7 @@ import json
 
 from .sinks import open_sink
 
-CHECKS = ("discovery",)
+CHECKS = ("discovery", "replication")
 
 
 def register(sub) -> None:
@@ -55,4 +55,89 @@ def check_discovery(truth: dict, sink) -> tuple[list[str], str]:
     return diffs, f"{len(expected)} requests"
 
 
-CHECK_FUNCTIONS = {"discovery": check_discovery}
+def check_replication(truth: dict, sink) -> tuple[list[str], str]:
+    """Every directory server's replica of every partition it does not own (MC-MQDSRP 3.1.1)."""
+    return compare_replication(
+        truth, sink.query("SELECT * FROM directory_objects"), sink.query("SELECT * FROM deleted_objects"),
+        sink.query("SELECT * FROM replication_partitions"))
+
+
+NAMED_TYPES = ("queue", "machine", "site")      # types whose path name is an immutable property
+
+
+def compare_replication(truth: dict, objects: list[dict], deleted: list[dict], partitions: list[dict]):
+    """Differences between replicas (sink rows) and the authorities' final partitions (truth).
+
+    Live objects must match exactly: type, sequence number, every property, and the path name of
+    queues, machines and sites. Each deleted object the authority still keeps must be deleted
+    here too; a replica may keep more, but only below the authority's purge horizon (it purges
+    later, bounded by what the authority allows: 3.1.7.2.9)."""
+    live, gone, parts = {}, {}, {}
+    for o in objects:
+        if not _bool(o["deleted"]):
+            live.setdefault((o["server"], o["partition_id"]), {})[o["object_guid"]] = o
+    for d in deleted:
+        if d["status"] == "deleted":
+            gone.setdefault((d["server"], d["partition_id"]), {})[d["identifier"]] = d
+    for p in partitions:
+        parts[(p["server"], p["partition_id"])] = p
+    diffs, compared = [], 0
+    for server, info in sorted(truth["servers"].items()):
+        for pid in info["replicates"]:
+            expected, key = truth["partitions"][pid], (server, pid)
+            where = f"{server} partition {pid}"
+            part = parts.get(key)
+            if part is None:
+                diffs.append(f"{where}: missing partition")
+                continue
+            compared += 1
+            if part["last_seq"] != expected["last_seq_number"]:
+                diffs.append(f"{where}: last_seq {part['last_seq']}, expected {expected['last_seq_number']}")
+            if part["purge_state"] != "normal":
+                diffs.append(f"{where}: purge_state {part['purge_state']}")
+            diffs += _object_diffs(where, expected["objects"], live.get(key, {}))
+            diffs += _deleted_diffs(where, expected, gone.get(key, {}))
+    return diffs, f"{compared} replicas"
+
+
+def _bool(v) -> bool:
+    return v in (True, 1, "1", "t", "true")
+
+
+def _object_diffs(where: str, expected: dict, got: dict) -> list[str]:
+    diffs = []
+    for guid, exp in expected.items():
+        row = got.get(guid)
+        if row is None:
+            diffs.append(f"{where}: missing {exp['object_type']} {guid} ({exp['path_name']})")
+            continue
+        if row["object_type"] != exp["object_type"]:
+            diffs.append(f"{where}: {guid} is a {row['object_type']}, expected {exp['object_type']}")
+        if row["seq_number"] != exp["seq_number"]:
+            diffs.append(f"{where}: {guid} seq_number {row['seq_number']}, expected {exp['seq_number']}")
+        if exp["object_type"] in NAMED_TYPES and row["path_name"] != exp["path_name"]:
+            diffs.append(f"{where}: {guid} path_name {row['path_name']!r}, expected {exp['path_name']!r}")
+        props = _json(row["properties"])
+        for name in sorted(set(props) | set(exp["properties"])):
+            if props.get(name) != exp["properties"].get(name):
+                diffs.append(f"{where}: {guid} {name} is {props.get(name)!r}, expected {exp['properties'].get(name)!r}")
+    for guid in sorted(set(got) - set(expected)):
+        diffs.append(f"{where}: extra {got[guid]['object_type']} {guid} ({got[guid]['path_name']})")
+    return diffs
+
+
+def _deleted_diffs(where: str, expected: dict, got: dict) -> list[str]:
+    diffs, horizon = [], expected["purged_seq_number"]
+    wanted = {d["identifier"]: d for d in expected["deleted_objects"]}
+    for ident, d in wanted.items():
+        if ident not in got:
+            diffs.append(f"{where}: deleted object {ident} (seq {d['seq_number']}) not recorded")
+        elif got[ident]["seq_number"] != d["seq_number"]:
+            diffs.append(f"{where}: deleted object {ident} seq {got[ident]['seq_number']}, expected {d['seq_number']}")
+    for ident, row in got.items():
+        if ident not in wanted and row["seq_number"] > horizon:
+            diffs.append(f"{where}: extra deleted object {ident} (seq {row['seq_number']}) above the purge horizon")
+    return diffs
+
+
+CHECK_FUNCTIONS = {"discovery": check_discovery, "replication": check_replication}

@@ -50,14 +50,16 @@ def test_full_sync_returns_every_object_in_ascending_chained_order():
     assert all(m.header.site_id == truth()["servers"]["pec0"]["site_id"] for _, m in answers)
 
 
-def test_large_sync_is_split_into_chained_replies():
+def test_a_normal_sync_request_gets_one_reply_with_every_change():
+    """3.2.7.3: one SyncReplyMessage per request (only sync0 is served in parts)."""
     pid, part = max(truth()["partitions"].items(), key=lambda kv: len(kv[1]["objects"]) + len(kv[1]["deleted_objects"]))
     purged = seq_from_hex(part["purged_seq_number"])
     answers = ask(mqdsrp.SyncRequestMessage(pid, purged, MAX_SEQ_NUMBER, purged, 0, 1, "bsc1-1"), site=pid)
-    headers = [m.sync_reply.sync_reply_header for _, m in answers]
-    assert all(h.count <= SYNC_REPLY_CHUNK for h in headers)
-    for a, b in zip(headers, headers[1:]):
-        assert b.from_seq_number == a.to_seq_number
+    assert len(answers) == 1
+    header = answers[0][1].sync_reply.sync_reply_header
+    in_range = [o for o in part["objects"].values() if seq_from_hex(o["seq_number"]) >= purged]
+    assert header.count == len(answers[0][1].sync_reply.directory_changes) >= len(in_range) > 0
+    assert (header.from_seq_number, header.to_seq_number) == (purged, seq_from_hex(part["last_seq_number"]))
 
 
 def test_range_request_returns_only_changes_in_range():

@@ -1,0 +1,848 @@
+"""[MC-MQDSRP] section 3 as a sans-IO state machine: one directory server's replica.
+
+`Replica(state, store)` takes the replication messages addressed to one server, in arrival order,
+and keeps what the server keeps (3.1.1.3): the DirectoryPartitionCollection, the PSC and BSC
+neighbour collections, the DeletedObjectCollection and the directory objects (in an ObjectStore).
+What the server would send (SyncRequest, PSCAck, BSCAck, change propagation to its BSCs,
+forwarded change requests and their replies) is collected in `out`.
+
+Section numbers below are the spec's; "digest" is shared/spec/digests/mqdsrp_digest.md. The
+server observed here is passive: its own partition (the one it is the object authority of)
+changes by local administration, which is not on the wire; that partition is left to the
+authority (in tests, the authority responder) and is not replicated here.
+
+Readings of defective spec text, each tested in tests/test_replication.py:
+- Check Pending Changes (3.1.7.2.4) tests PreviousSeqNumber > LastSeqNumber (digest §9.4).
+- Purge Deleted Objects (3.1.7.2.9) skips while LastSeqNumber < 1024 and advances
+  PurgedSeqNumber after removing (digest §9.9 a, b).
+- Receive Already Purged (3.3.7.7) passes the message's PurgedSeqNumber to Start Sync0 (§11.7).
+- Complete Sync0 (3.3.7.11) accepts PurgeState 2 or 3 (digest §11.11); CompleteSync0 == 2 means
+  "sync0 complete" (digest §11.5).
+- Handle Site Update on a BSC creates no PSC neighbour (digest §9.11); a sync-created site's
+  partition takes its id from the change's GUID.
+- Sync-created objects keep their GUID (digest §9.8, §13.20); reserved PROPIDs whose values
+  "MUST NOT be interpreted" (digest §2, §10.8) are not stored.
+- Immediate flushes to BSCs carry Flush = 0x01 (digest §9.3).
+"""
+import marshal
+import zlib
+from dataclasses import dataclass, field
+
+from ..wire import mqdsrp
+from ..wire.guid import GUID_NULL
+from ..wire.mqdsrp import DirectoryChange
+from ..wire.properties import Property, object_type_of
+from ..wire.propids import propid
+from ..wire.seqnum import MAX_SEQ_NUMBER, MIN_SEQ_NUMBER, add, subtract
+from .replica_store import DirObject, ObjectStore
+
+PEC_PARTITION_ID = GUID_NULL
+PENDING_LIMIT = 100                  # 3.1.7.2.2
+PURGE_EVERY, PURGE_BUFFER = 256, 1024  # 3.1.7.2.3, 3.1.7.2.9
+PURGE_NORMAL, PURGE_STARTSYNC0, PURGE_SYNC0, PURGE_COMPLETESYNC0 = 0, 1, 2, 3
+PURGE_STATE_NAMES = {0: "normal", 1: "startsync0", 2: "sync0", 3: "completesync0"}
+MQDS_QUEUE, MQDS_MACHINE, MQDS_SITE, MQDS_CN, MQDS_ENTERPRISE, MQDS_USER, MQDS_ROUTINGLINK = 1, 2, 3, 5, 6, 7, 8
+OBJECT_TYPE_NAMES = {1: "queue", 2: "machine", 3: "site", 5: "connected_network", 6: "enterprise", 7: "user",
+                     8: "routing_link"}
+SERVICE_BSC = 0x2
+MQ_OK, MQ_ERROR = 0, 0xC00E0001
+# The seed names these statuses without values; the reply carries MQ_ERROR and the table the name.
+MQDS_OBJECT_NOT_FOUND = "MQDS_OBJECT_NOT_FOUND"
+BSC_ACK_FIRST_MS, BSC_ACK_MS = 5_000, 12 * 3_600_000        # BSC Ack Timer, notes <7>, <8>
+INTRASITE_MS = 2_000                                         # Change Propagation Timer to a BSC, note <3>
+CHANGE_WAIT_AUTHORITY_MS, CHANGE_WAIT_OTHER_MS = 10_000, 20_000   # Process Change Request wait, note <11>
+NACK_RESEND_LIMIT = 3                                        # digest §11.9: the spec sets no bound
+
+ID_PROPERTY = {MQDS_QUEUE: propid("Q_INSTANCE"), MQDS_MACHINE: propid("QM_MACHINE_ID"),
+               MQDS_SITE: propid("S_SITEID"), MQDS_CN: propid("CN_GUID"), MQDS_ENTERPRISE: propid("E_ID"),
+               MQDS_USER: propid("U_ID"), MQDS_ROUTINGLINK: propid("L_ID")}
+RESERVED_PROPIDS = frozenset(propid(n) for n in (
+    "Q_HASHKEY", "Q_LABEL_HASHKEY", "QM_HASHKEY", "E_S_INTERVAL1", "E_S_INTERVAL2", "E_CRL", "E_CSP_TYPE",
+    "E_ENCRYPT_ALG", "E_SIGN_ALG", "E_HASH_ALG", "E_CIPHER_MODE"))
+S_PSC, S_SITEID, E_PECNAME = propid("S_PSC"), propid("S_SITEID"), propid("E_PECNAME")
+QM_SERVICE, QM_PATHNAME, QM_SITE_ID = propid("QM_SERVICE"), propid("QM_PATHNAME"), propid("QM_SITE_ID")
+NACK_CLASSES = frozenset((
+    "NackBadDestQueue", "NackPurged", "NackReachQueueTimeout", "NackQueueExceedQuota", "NackAccessDenied",
+    "NackHopCountExceeded", "NackBadSignature", "NackBadEncryption", "NackCouldNotEncrypt", "NackNotTransactionalQueue",
+    "NackNotTransactionalMessage", "NackUnsupportedCryptoProvider", "NackSourceComputerGuidChanged", "NackQueueDeleted",
+    "NackQueuePurged", "NackReceiveTimeout", "NackReceiveTimeoutAtSender"))
+
+
+# ================================================================== state (3.1.1)
+@dataclass
+class Partition:
+    """DirectoryPartition (3.1.1.2.3); the last four fields are not persisted by the spec."""
+    partition_id: str
+    authority: str
+    last_seq: int = MIN_SEQ_NUMBER
+    purged_seq: int = MIN_SEQ_NUMBER
+    allowed_purge_seq: int = MIN_SEQ_NUMBER
+    purge_state: int = PURGE_NORMAL
+    previous_purged_seq: int = MIN_SEQ_NUMBER
+    change_missing_window: int = MAX_SEQ_NUMBER
+    pending: list[DirectoryChange] = field(default_factory=list)
+    initial_sync_sent: bool = False        # this implementation's: the 3.3.3 request went out
+
+
+@dataclass
+class Neighbor:
+    """DirectoryNeighbor (3.1.1.2.4) with its AvailableChangeCollection."""
+    partition_id: str
+    machine_name: str
+    acked_seq: int = MIN_SEQ_NUMBER
+    acked_pec_seq: int = MIN_SEQ_NUMBER
+    last_acked_ms: int = 0
+    available: list[DirectoryChange] = field(default_factory=list)
+    next_tick_ms: int | None = None
+
+
+@dataclass
+class DeletedObject:
+    """DeletedObject (3.1.1.2.2)."""
+    identifier: str
+    partition_id: str
+    seq_number: int
+    object_type: int
+    scope: int
+
+
+@dataclass
+class ForwardedRequest:
+    """A change request this server forwarded (Process Change Request, 3.3.7.1), awaiting its reply."""
+    requester: str
+    request_id: int
+    psc_name: str | None
+    deadline_ms: int
+
+
+@dataclass
+class ServerState:
+    name: str
+    site_id: str | None = None
+    my_psc_name: str | None = None
+    partitions: dict[str, Partition] = field(default_factory=dict)
+    psc_neighbors: dict[str, Neighbor] = field(default_factory=dict)
+    bsc_neighbors: dict[str, Neighbor] = field(default_factory=dict)
+    deleted: dict[str, DeletedObject] = field(default_factory=dict)
+    forwarded: dict[str, ForwardedRequest] = field(default_factory=dict)
+    nack_resends: dict[str, int] = field(default_factory=dict)
+    bsc_ack_due_ms: int | None = None
+    now_ms: int = 0
+    messages_sent: int = 0
+    initialized: bool = False
+
+
+# ================================================================== outputs
+@dataclass
+class Outbound:
+    destination: str
+    message: object                 # an mqdsrp inner message (SyncRequestMessage, PSCAckMessage, ...)
+    reason: str
+    partition_id: str | None = None
+    body: bytes | None = None       # a resend (3.3.7.9) carries the original body unchanged
+    status: str | None = None       # ChangeReply: the status name
+
+
+@dataclass
+class PendingEvent:
+    partition_id: str
+    change: DirectoryChange
+    status: str                     # pending, applied, stale, dropped (collection full), cleared (sync0)
+
+
+# ================================================================== the state machine
+class Replica:
+    def __init__(self, state: ServerState, store: ObjectStore, pec_name: str | None = None):
+        self.s = state
+        self.store = store
+        self.pec_name = pec_name
+        self.out: list[Outbound] = []
+        self.pending_events: list[PendingEvent] = []
+        self.deleted_touched: dict[str, tuple[DeletedObject, str]] = {}     # identifier -> (object, status)
+        self.ignored: list[tuple[str, str]] = []                             # (operation, reason)
+        self._in_sync_reply = False
+
+    # ------------------------------------------------------------ roles
+    @property
+    def name(self) -> str:
+        return self.s.name
+
+    def enterprise(self) -> Partition:
+        return self.s.partitions[PEC_PARTITION_ID]
+
+    def is_pec(self) -> bool:
+        return self.enterprise().authority == self.name
+
+    def is_psc(self) -> bool:
+        """A server named as a site's PSC (S_PSC) or as the PEC ("the PEC is also a PSC"). Any other
+        server that receives replication traffic is a BSC."""
+        return any(p.authority == self.name for p in self.s.partitions.values())
+
+    def is_bsc(self) -> bool:
+        return not self.is_psc()
+
+    def role(self) -> str:
+        return "PEC" if self.is_pec() else "PSC" if self.is_psc() else "BSC"
+
+    def my_site_partition(self) -> Partition | None:
+        for p in self.s.partitions.values():
+            if p.partition_id != PEC_PARTITION_ID and (p.authority == self.name or p.partition_id == self.s.site_id):
+                return p
+        return None
+
+    def owns(self, p: Partition) -> bool:
+        return p.authority == self.name
+
+    # ------------------------------------------------------------ initialization (3.1.3.1, 3.3.3)
+    def initialize(self, now_ms: int) -> None:
+        if self.s.initialized:
+            return
+        self.s.initialized = True
+        if PEC_PARTITION_ID not in self.s.partitions:
+            self.s.partitions[PEC_PARTITION_ID] = Partition(PEC_PARTITION_ID, self.pec_name or "")
+        self.s.bsc_ack_due_ms = now_ms + BSC_ACK_FIRST_MS
+
+    def send_initial_syncs(self) -> None:
+        """3.3.3: a sync request for every partition this server is not the authority of. Sent as soon
+        as its destination is known (the PEC's name, or a BSC's PSC, may be learnt from the traffic)."""
+        for p in list(self.s.partitions.values()):
+            if not p.initial_sync_sent and not self.owns(p) and p.change_missing_window == MAX_SEQ_NUMBER:
+                self.send_sync_request(p, "initial")
+
+    # ------------------------------------------------------------ dispatch (3.1.5.1)
+    def receive(self, msg: mqdsrp.ReplicationMessage, *, arrival_ms: int, source: str | None = None,
+                message_class: str = "Normal", destination_queue: str | None = None, body: bytes = b"") -> None:
+        self.s.now_ms = max(self.s.now_ms, arrival_ms)
+        self.initialize(arrival_ms)
+        op = msg.header.operation
+        if message_class == "Normal":
+            handler = {
+                mqdsrp.OP_CHANGE_PROPAGATION: lambda: self.receive_change_propagation(msg, source),
+                mqdsrp.OP_CHANGE_REQUEST: lambda: self.receive_change_request(msg.change_request, body),
+                mqdsrp.OP_SYNC_REQUEST: lambda: self.ignore("SyncRequest", "answered by the object authority"),
+                mqdsrp.OP_SYNC_REPLY: lambda: self.receive_sync_reply(msg.sync_reply),
+                mqdsrp.OP_CHANGE_REPLY: lambda: self.receive_change_reply(msg.change_reply),
+                mqdsrp.OP_ALREADY_PURGED: lambda: self.receive_already_purged(msg.already_purged),
+                mqdsrp.OP_PSC_ACK: lambda: self.receive_psc_ack(msg.psc_ack),
+                mqdsrp.OP_BSC_ACK: lambda: self.receive_bsc_ack(msg.bsc_ack),
+            }[op]
+            handler()
+        elif message_class in NACK_CLASSES:
+            if op == mqdsrp.OP_CHANGE_REQUEST:
+                self.receive_change_request_nack(msg.change_request)
+            else:
+                self.receive_request_nack(message_class, destination_queue, body)
+        else:
+            self.ignore(msg.operation_name, f"message class {message_class}: no further action (3.1.5.1)")
+        self.send_initial_syncs()
+
+    def ignore(self, operation: str, reason: str) -> None:
+        self.ignored.append((operation, reason))
+
+    # ------------------------------------------------------------ 3.2.7.1 Receive Change Propagation
+    def receive_change_propagation(self, msg: mqdsrp.ReplicationMessage, source: str | None) -> None:
+        prop = msg.change_propagation
+        for change in prop.directory_changes:
+            self.process_change(change, check_flush=prop.flush == 0x00, source=source)
+        if source and self.is_bsc() and source != self.name:
+            # [INFERENCE] a BSC's one neighbour is its PSC, the sender of its propagations (3.1.3.1 lets
+            # MyPSCName be "obtained in an implementation-specific way"); the PSC shares its site.
+            # Learnt after the changes, which may name this server a PSC.
+            self.s.my_psc_name = source
+            self.s.site_id = self.s.site_id or msg.header.site_id
+        header = prop.seq_number_header
+        if header.count == 0:
+            return
+        for entry in header.partition_seq_numbers:
+            p = self.s.partitions.get(entry.partition_id)
+            if p is None or self.owns(p) or entry.purged_seq_number < p.purged_seq:
+                continue
+            if entry.purged_seq_number > p.allowed_purge_seq:
+                p.allowed_purge_seq = entry.purged_seq_number
+            if entry.last_seq_number <= p.last_seq or entry.last_seq_number < p.change_missing_window:
+                continue
+            if self.is_psc() or p.partition_id == PEC_PARTITION_ID and not p.authority:
+                p.authority = header.machine_name
+            else:
+                self.s.my_psc_name = header.machine_name
+            p.change_missing_window = add(entry.last_seq_number, 1)
+            self.send_sync_request(p, "seq-number-header")
+
+    # ------------------------------------------------------------ 3.1.5.2 processing directory changes
+    def process_change(self, change: DirectoryChange, check_flush: bool, source: str | None = None) -> None:
+        p = self.s.partitions.get(change.partition_id)
+        if p is None and self.is_pec() and source:
+            # [INFERENCE] the PEC creates sites in its own (local) enterprise partition, so it learns a
+            # site partition from its first propagated change; only the authority propagates to PSCs
+            # (3.1.7.1.2), so the sender is the partition's authority.
+            p = self.s.partitions[change.partition_id] = Partition(change.partition_id, source)
+            self.send_sync_request(p, "initial")
+        if p is None:
+            self.ignore("DirectoryChange", f"unknown partition {change.partition_id} (3.1.5.2)")
+            return
+        if self.owns(p):
+            self.ignore("DirectoryChange", "own partition: changed by local administration")
+            return
+        self.handle_directory_change(p, change, check_flush)
+
+    # ------------------------------------------------------------ 3.1.7.2.2 Handle Directory Change
+    def handle_directory_change(self, p: Partition, change: DirectoryChange, check_flush: bool) -> None:
+        if change.seq_number <= p.last_seq or change.purged_seq_number < p.purged_seq:
+            return                                                   # duplicate, old or stale
+        if change.previous_seq_number <= p.last_seq:
+            if self.handle_in_sync_change(p, change, check_flush) and not self._in_sync_reply:
+                self.check_pending_changes(p)
+            return
+        if not p.pending:
+            self._pend(p, change)
+            if change.seq_number > p.change_missing_window:
+                p.change_missing_window = change.seq_number
+                self.send_sync_request(p, "gap")
+        elif len(p.pending) < PENDING_LIMIT:
+            if all(c.seq_number != change.seq_number for c in p.pending):
+                self._pend(p, change)
+                p.pending.sort(key=lambda c: c.seq_number)
+        else:
+            self.pending_events.append(PendingEvent(p.partition_id, change, "dropped"))
+
+    def _pend(self, p: Partition, change: DirectoryChange) -> None:
+        p.pending.append(change)
+        self.pending_events.append(PendingEvent(p.partition_id, change, "pending"))
+
+    # ------------------------------------------------------------ 3.1.7.2.3 Handle In-Sync Change
+    def handle_in_sync_change(self, p: Partition, change: DirectoryChange, flush: bool) -> bool:
+        object_type = object_type_of(change.properties[0].prop_id) if change.properties else 0
+        path = change.path_name if change.use_guid == 0 else None
+        guid = change.guid_identifier if change.use_guid == 1 else None
+        if change.command == mqdsrp.CMD_CREATE:
+            ok, need_flush = self.handle_directory_create(p, object_type, path, change.properties, change.seq_number)
+        elif change.command == mqdsrp.CMD_UPDATE:
+            ok, need_flush = self.handle_directory_update(p, object_type, path, guid, change.properties,
+                                                          change.seq_number)
+        elif change.command == mqdsrp.CMD_DELETE:
+            values = [prop.value for prop in change.properties]
+            ok, need_flush = self.handle_directory_delete(
+                p, values[1] if len(values) > 1 else 0, values[0] if values else 0, path, guid, change.seq_number)
+        else:
+            ok, need_flush = self.handle_directory_sync(p, object_type, path, guid, change.properties,
+                                                        change.seq_number)
+        if not ok:
+            return False
+        p.last_seq = change.seq_number
+        if p.purge_state == PURGE_NORMAL:
+            for bsc in self.s.bsc_neighbors.values():
+                bsc.available.append(change)
+                if bsc.next_tick_ms is None:
+                    bsc.next_tick_ms = self.s.now_ms + INTRASITE_MS
+                if flush and need_flush:
+                    self.send_change_propagation(bsc, flush=True)
+        if p.last_seq > add(p.previous_purged_seq, PURGE_EVERY):
+            self.purge_deleted_objects(p)
+            p.previous_purged_seq = p.last_seq
+        if p.purge_state == PURGE_NORMAL or p.last_seq >= p.purged_seq:
+            if self.is_psc() and (p.last_seq & 0xFF) == 0x00:     # 8th byte 0x00
+                self.send_psc_ack(p)
+        return True
+
+    # ------------------------------------------------------------ 3.1.7.2.4 Check Pending Changes
+    def check_pending_changes(self, p: Partition) -> None:
+        for change in list(p.pending):
+            if change.purged_seq_number < p.purged_seq:
+                p.pending.remove(change)
+                self.pending_events.append(PendingEvent(p.partition_id, change, "stale"))
+                continue
+            # digest §9.4: the literal "SeqNumber > LastSeqNumber" never lets a change through.
+            if change.previous_seq_number > p.last_seq:
+                if change.seq_number > p.change_missing_window:
+                    p.change_missing_window = change.seq_number
+                    self.send_sync_request(p, "gap")
+                return
+            p.pending.remove(change)
+            if change.previous_seq_number == p.last_seq:
+                applied = self.handle_in_sync_change(p, change, True)
+                self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed"))
+            else:
+                self.pending_events.append(PendingEvent(p.partition_id, change, "stale"))
+
+    # ------------------------------------------------------------ MQDS object operations ([MS-MQDS] 3.2.6)
+    @staticmethod
+    def _stored_properties(properties: list[Property]) -> dict[int, object]:
+        return {prop.prop_id: prop.value for prop in properties if prop.prop_id not in RESERVED_PROPIDS}
+
+    def _resolve(self, path: str | None, guid: str | None) -> str | None:
+        if guid:
+            return guid
+        return self.store.guid_for_path(path) if path else None
+
+    def _create_object(self, p: Partition, object_type: int, path: str | None, guid: str | None,
+                       properties: list[Property], seq: int) -> DirObject:
+        props = self._stored_properties(properties)
+        id_prop = ID_PROPERTY.get(object_type)
+        guid = guid or (props.get(id_prop) if id_prop else None) or self._resolve(path, None) or f"path:{path}"
+        if id_prop and id_prop not in props:
+            props = {id_prop: guid, **props}         # digest §9.8: the object keeps its identity
+        old = self.store.get(guid)
+        obj = DirObject(guid, p.partition_id, object_type, path or (old.path_name if old else None)
+                        or _name_property(object_type, props), seq, props)
+        self.store.put(obj)
+        return obj
+
+    def _update_object(self, p: Partition, path: str | None, guid: str | None, properties: list[Property],
+                       seq: int) -> DirObject | None:
+        key = self._resolve(path, guid)
+        obj = self.store.get(key) if key else None
+        if obj is None:
+            return None                               # MQDS_OBJECT_NOT_FOUND
+        obj.properties.update(self._stored_properties(properties))
+        obj.seq_number = seq
+        self.store.put(obj)
+        return obj
+
+    # ------------------------------------------------------------ 3.1.7.2.5 Handle Directory Create
+    def handle_directory_create(self, p, object_type, path, properties, seq) -> tuple[bool, bool]:
+        obj = self._create_object(p, object_type, path, None, properties, seq)
+        need_flush = False
+        if object_type == MQDS_SITE:
+            self._site_appeared(obj.guid, obj.properties.get(S_PSC, ""))
+            need_flush = True
+        elif object_type == MQDS_ENTERPRISE:
+            self.handle_enterprise_update(p, obj.properties)     # [INFERENCE] the administrator's PEC name
+        elif object_type == MQDS_MACHINE:
+            self._machine_seen(p, obj)
+        return True, need_flush
+
+    def _site_appeared(self, site_id: str, psc_name: str) -> None:
+        """A site's partition and, on a PSC, its PSC neighbour (3.1.7.2.5 / 3.1.7.2.11 with the digest's
+        readings: the neighbour belongs to the new site; a BSC has no neighbours)."""
+        if site_id in self.s.partitions:
+            self.s.partitions[site_id].authority = psc_name
+            return
+        partition = Partition(site_id, psc_name)
+        self.s.partitions[site_id] = partition
+        if psc_name != self.name:
+            self.send_sync_request(partition, "initial")
+            if self.is_psc():
+                self.s.psc_neighbors.setdefault(psc_name, Neighbor(site_id, psc_name))
+        else:
+            self.s.site_id = site_id                           # MySitePartition
+
+    def _machine_seen(self, p: Partition, obj: DirObject) -> None:
+        """3.1.7.2.5 / 3.1.7.2.12: BSC neighbours from the PSC's own site's machines; and a BSC learns
+        its own site from its machine object."""
+        if obj.properties.get(QM_PATHNAME, obj.path_name) == self.name and obj.properties.get(QM_SITE_ID):
+            self.s.site_id = self.s.site_id or obj.properties[QM_SITE_ID]
+        mine = self.my_site_partition()
+        if not (self.is_psc() and mine is not None and p.partition_id == mine.partition_id):
+            return
+        name = obj.properties.get(QM_PATHNAME) or obj.path_name
+        if obj.properties.get(QM_SERVICE) == SERVICE_BSC:
+            self.s.bsc_neighbors.setdefault(name, Neighbor(p.partition_id, name))
+        elif QM_SERVICE in obj.properties:
+            self.s.bsc_neighbors.pop(name, None)
+
+    # ------------------------------------------------------------ 3.1.7.2.6 Handle Directory Update
+    def handle_directory_update(self, p, object_type, path, guid, properties, seq) -> tuple[bool, bool]:
+        obj = self._update_object(p, path, guid, properties, seq)
+        if obj is None:
+            self.ignore("update", f"{MQDS_OBJECT_NOT_FOUND}: {guid or path}")
+            return False, False
+        changed = {prop.prop_id: prop.value for prop in properties}
+        if object_type == MQDS_SITE:
+            return True, self.handle_site_update(obj.guid, changed, sync=False)
+        if object_type == MQDS_ENTERPRISE:
+            return True, self.handle_enterprise_update(p, changed)
+        if object_type == MQDS_MACHINE:
+            self._machine_seen(p, obj)
+        return True, False
+
+    # ------------------------------------------------------------ 3.1.7.2.7 Handle Directory Delete
+    def handle_directory_delete(self, p, object_type, scope, path, guid, seq) -> tuple[bool, bool]:
+        key = self._resolve(path, guid)
+        obj = self.store.remove(key) if key else None
+        # [INFERENCE] deleting an object this replica never had still succeeds: the object is gone
+        # either way, and failing would stall the sequence (a sync reply lists deletions by GUID).
+        identifier = key or f"path:{path}"
+        deleted = DeletedObject(identifier, p.partition_id, seq, object_type or (obj.object_type if obj else 0), scope)
+        self.s.deleted[identifier] = deleted
+        self.deleted_touched[identifier] = (deleted, "deleted")
+        need_flush = False
+        if self.is_pec() and object_type == MQDS_SITE and key in self.s.partitions:
+            gone = self.s.partitions.pop(key)
+            for name in [n for n in self.s.psc_neighbors if n == gone.authority]:
+                del self.s.psc_neighbors[name]
+            need_flush = True
+        if self.is_psc() and object_type == MQDS_MACHINE and obj is not None:
+            self.s.bsc_neighbors.pop(obj.properties.get(QM_PATHNAME) or obj.path_name, None)
+        return True, need_flush
+
+    # ------------------------------------------------------------ 3.1.7.2.8 Handle Directory Sync
+    def handle_directory_sync(self, p, object_type, path, guid, properties, seq) -> tuple[bool, bool]:
+        key = self._resolve(path, guid)
+        existing = self.store.get(key) if key else None
+        if existing is None:
+            obj = self._create_object(p, object_type, path, key, properties, seq)
+        else:
+            obj = self._update_object(p, path, key, properties, seq)
+        if key in self.s.deleted:                  # re-synchronised: no longer a deleted object
+            self.deleted_touched[key] = (self.s.deleted.pop(key), "resynchronised")
+        changed = {prop.prop_id: prop.value for prop in properties}
+        if object_type == MQDS_ENTERPRISE:
+            return True, self.handle_enterprise_update(p, changed)
+        if object_type == MQDS_SITE:
+            return True, self.handle_site_update(obj.guid, changed, sync=True)
+        if object_type == MQDS_MACHINE:
+            self._machine_seen(p, obj)
+        return True, False
+
+    # ------------------------------------------------------------ 3.1.7.2.9 Purge Deleted Objects
+    def purge_deleted_objects(self, p: Partition) -> None:
+        if p.last_seq < PURGE_BUFFER:
+            return                                  # digest §9.9 (b): the subtraction would wrap
+        purge_to = subtract(p.last_seq, PURGE_BUFFER)
+        if p.purge_state != PURGE_NORMAL or p.purged_seq >= purge_to:
+            return
+        if p.allowed_purge_seq < purge_to:          # a replica: bounded by what the authority allows
+            if p.allowed_purge_seq < p.purged_seq:
+                return
+            purge_to = p.allowed_purge_seq
+        for identifier, d in list(self.s.deleted.items()):
+            if d.partition_id == p.partition_id and d.seq_number <= purge_to:
+                del self.s.deleted[identifier]
+                self.deleted_touched[identifier] = (d, "purged")
+        p.purged_seq = max(p.purged_seq, purge_to)  # digest §9.9 (a)
+
+    # ------------------------------------------------------------ 3.1.7.2.10 / 3.1.7.2.11
+    def handle_enterprise_update(self, p: Partition, changed: dict) -> bool:
+        name = changed.get(E_PECNAME)
+        if name and name != p.authority:
+            p.authority = name
+            return True
+        return False
+
+    def handle_site_update(self, site_id: str, changed: dict, sync: bool) -> bool:
+        if S_PSC not in changed:
+            return False
+        psc_name = changed[S_PSC]
+        existing = self.s.partitions.get(site_id)
+        if existing is not None:
+            existing.authority = psc_name
+            for n in self.s.psc_neighbors.values():
+                if n.partition_id == site_id:
+                    n.machine_name = psc_name
+            return True
+        if sync:
+            self._site_appeared(site_id, psc_name)
+            return True
+        return False
+
+    # ------------------------------------------------------------ 3.3.7.3 Send Sync Request
+    def send_sync_request(self, p: Partition, reason: str) -> None:
+        if p.purge_state not in (PURGE_NORMAL, PURGE_SYNC0):
+            return
+        destination = self.s.my_psc_name if self.is_bsc() else p.authority
+        if not destination:
+            return                                  # sent by send_initial_syncs once it is known
+        p.initial_sync_sent = True
+        msg = mqdsrp.SyncRequestMessage(p.partition_id, p.last_seq, p.change_missing_window, p.purged_seq,
+                                        1 if p.purge_state == PURGE_SYNC0 else 0, 0 if self.is_bsc() else 1,
+                                        self.name)
+        self.out.append(Outbound(destination, msg, reason, p.partition_id))
+
+    # ------------------------------------------------------------ 3.3.7.4 Send PSC Ack
+    def send_psc_ack(self, p: Partition) -> None:
+        mine = self.my_site_partition()
+        site = mine.partition_id if mine else (self.s.site_id or GUID_NULL)   # digest §11.4
+        msg = mqdsrp.PSCAckMessage(site, p.partition_id, p.last_seq, self.name)
+        self.out.append(Outbound(p.authority, msg, "ack", p.partition_id))
+
+    # ------------------------------------------------------------ 3.3.7.2 Send Change Propagation
+    def send_change_propagation(self, bsc: Neighbor, flush: bool = False) -> None:
+        changes, bsc.available = bsc.available, []
+        bsc.next_tick_ms = None
+        msg = mqdsrp.ChangePropagationMessage(1 if flush else 0, len(changes), changes, mqdsrp.SeqNumberHeader(0))
+        self.out.append(Outbound(bsc.machine_name, msg, "flush" if flush else "propagation"))
+
+    # ------------------------------------------------------------ 3.3.7.5 Receive Sync Reply
+    def receive_sync_reply(self, msg: mqdsrp.SyncReplyMessage) -> None:
+        hdr = msg.sync_reply_header
+        p = self.s.partitions.get(hdr.partition_id)
+        if p is None or self.owns(p) or hdr.purged_seq_number < p.purged_seq:
+            return
+        # [INFERENCE] The reply is applied whole before the pending changes are looked at again (this
+        # event ends with Check Pending Changes). Checking after each of its changes, as 3.1.7.2.2 does
+        # for propagated ones, would apply older pending updates in the middle of the reply (when one
+        # of its entries lands on a pending change's predecessor) and make its newer entries, which
+        # carry the objects' full current properties, look old: the objects would keep stale values.
+        self._in_sync_reply = True
+        try:
+            for change in msg.directory_changes:
+                self.process_change(change, check_flush=True)
+        finally:
+            self._in_sync_reply = False
+        if p.partition_id not in self.s.partitions:
+            return
+        if p.purge_state == PURGE_SYNC0:
+            if hdr.complete_sync0 == 2:
+                self.complete_sync0(p)
+            elif hdr.complete_sync0 == 1:
+                self.send_sync_request(p, "sync0")
+        elif p.purge_state == PURGE_NORMAL:
+            if p.change_missing_window == MAX_SEQ_NUMBER:
+                p.change_missing_window = MIN_SEQ_NUMBER
+            elif hdr.count == 0 and p.change_missing_window == hdr.to_seq_number:
+                p.change_missing_window = MIN_SEQ_NUMBER
+                p.last_seq = hdr.to_seq_number      # digest §11.5: an unrecoverable gap is skipped
+            self.check_pending_changes(p)
+
+    # ------------------------------------------------------------ 3.3.7.7 Receive Already Purged
+    def receive_already_purged(self, msg: mqdsrp.AlreadyPurgedMessage) -> None:
+        p = self.s.partitions.get(msg.partition_id)
+        if p is None or self.owns(p):
+            return
+        if p.last_seq >= msg.purged_seq_number or p.purged_seq >= msg.purged_seq_number:
+            if p.change_missing_window == MAX_SEQ_NUMBER and p.purge_state == PURGE_NORMAL:
+                # [INFERENCE] the initial request was answered with AlreadyPurged, but this replica has
+                # meanwhile caught up past the purge horizon: ask again from where it is now, or the
+                # window would stay at MAX and no gap would ever be requested again.
+                self.send_sync_request(p, "initial")
+            return
+        self.start_sync0(p, msg.purged_seq_number)
+
+    # ------------------------------------------------------------ 3.3.7.10 / 3.3.7.11 sync0
+    def start_sync0(self, p: Partition, purged_seq: int) -> None:
+        if p.last_seq >= purged_seq or p.purged_seq >= purged_seq:
+            return
+        p.purge_state = PURGE_STARTSYNC0
+        p.last_seq, p.change_missing_window, p.purged_seq = MIN_SEQ_NUMBER, MAX_SEQ_NUMBER, purged_seq
+        for change in p.pending:
+            self.pending_events.append(PendingEvent(p.partition_id, change, "cleared"))
+        p.pending = []
+        for obj in self.store.all_objects():       # MQDS Reset Directory Partition, operation 1
+            if obj.partition_id == p.partition_id:
+                obj.seq_number = MIN_SEQ_NUMBER
+                self.store.put(obj)
+        for d in self.s.deleted.values():
+            if d.partition_id == p.partition_id:
+                d.seq_number = MIN_SEQ_NUMBER
+                self.deleted_touched[d.identifier] = (d, "deleted")
+        p.purge_state = PURGE_SYNC0
+        self.send_sync_request(p, "sync0")
+
+    def complete_sync0(self, p: Partition) -> None:
+        if p.purge_state not in (PURGE_SYNC0, PURGE_COMPLETESYNC0):
+            return
+        for obj in list(self.store.all_objects()):   # MQDS Reset Directory Partition, operation 2
+            if obj.partition_id == p.partition_id and obj.seq_number == MIN_SEQ_NUMBER:
+                self.store.remove(obj.guid)
+        for identifier, d in list(self.s.deleted.items()):
+            if d.partition_id == p.partition_id and d.seq_number == MIN_SEQ_NUMBER:
+                del self.s.deleted[identifier]
+                self.deleted_touched[identifier] = (d, "removed-by-sync0")
+        p.purge_state, p.change_missing_window = PURGE_NORMAL, MIN_SEQ_NUMBER
+        self.check_pending_changes(p)
+
+    # ------------------------------------------------------------ 3.2.7.4 / 3.2.7.5 acks
+    def receive_psc_ack(self, msg: mqdsrp.PSCAckMessage) -> None:
+        self._learn_authority(msg.acked_partition_id)
+        if not self.is_psc():
+            return
+        neighbor = self.s.psc_neighbors.get(msg.psc_name)
+        if neighbor is None:
+            return
+        if self.is_pec() and msg.acked_partition_id == PEC_PARTITION_ID:
+            neighbor.acked_pec_seq = msg.acked_seq_number
+        mine = self.my_site_partition()
+        if mine is not None and msg.acked_partition_id == mine.partition_id:
+            neighbor.acked_seq = msg.acked_seq_number
+
+    def _learn_authority(self, partition_id: str) -> None:
+        """[INFERENCE] A PSCAck is sent to the acked partition's AuthorityName (3.3.7.4): its receiver is
+        that partition's authority, which its own traffic never tells it (its partition is local)."""
+        p = self.s.partitions.get(partition_id)
+        if p is None:
+            self.s.partitions[partition_id] = Partition(partition_id, self.name, initial_sync_sent=True)
+            if partition_id != PEC_PARTITION_ID:
+                self.s.site_id = partition_id
+        elif not p.authority:
+            p.authority = self.name
+
+    def receive_bsc_ack(self, msg: mqdsrp.BSCAckMessage) -> None:
+        if not self.is_psc():
+            return
+        neighbor = self.s.bsc_neighbors.get(msg.bsc_name)
+        if neighbor is None:
+            # [INFERENCE] a PSC finds its BSCs among its own site's machines (3.1.7.2.5), which change
+            # by local administration, not on the wire; a BSC's ack is the wire's sign of one.
+            mine = self.my_site_partition()
+            neighbor = Neighbor(mine.partition_id if mine else "", msg.bsc_name)
+            self.s.bsc_neighbors[msg.bsc_name] = neighbor
+        neighbor.last_acked_ms = self.s.now_ms
+
+    # ------------------------------------------------------------ change requests (3.2.7.2, 3.3.7.1, 3.2.7.6)
+    def receive_change_request(self, msg: mqdsrp.ChangeRequestMessage, body: bytes) -> None:
+        hdr = msg.change_request_header
+        p = self.s.partitions.get(hdr.partition_id)
+        if p is not None and self.owns(p):
+            self.ignore("ChangeRequest", "this server is the object authority: applied by the authority")
+            return
+        if self.is_bsc():
+            next_hop = self.s.my_psc_name
+        elif p is None:
+            # [INFERENCE] a PSC gets change requests for its own partition, which is local and so
+            # unknown here, or from its BSCs for partitions it replicates (3.3.7.1).
+            self.ignore("ChangeRequest", "partition not replicated here: taken as this authority's own")
+            return
+        else:
+            next_hop = p.authority
+        if not next_hop:
+            self.send_change_reply(hdr, MQ_ERROR, "MQDS_UNKNOWN_SOURCE")
+            return
+        wait = CHANGE_WAIT_AUTHORITY_MS if p is not None and next_hop == p.authority else CHANGE_WAIT_OTHER_MS
+        self.s.forwarded[_request_key(hdr.requester_name, hdr.request_identifier)] = ForwardedRequest(
+            hdr.requester_name, hdr.request_identifier, hdr.psc_name, self.s.now_ms + wait)
+        self.out.append(Outbound(next_hop, msg, "forward", hdr.partition_id, body=body))
+
+    def receive_change_reply(self, msg: mqdsrp.ChangeReplyMessage) -> None:
+        fwd = self.s.forwarded.pop(_request_key(msg.requester_name, msg.request_identifier), None)
+        if fwd is None:
+            return                                  # not a request this server forwarded
+        self._reply(fwd, msg.result, "MQ_OK" if msg.result == MQ_OK else f"0x{msg.result:08x}")
+
+    def receive_change_request_nack(self, msg: mqdsrp.ChangeRequestMessage) -> None:
+        hdr = msg.change_request_header
+        fwd = self.s.forwarded.pop(_request_key(hdr.requester_name, hdr.request_identifier), None)
+        if fwd is not None:
+            self._reply(fwd, MQ_ERROR, "MQDS_OWNER_NOT_REACHED")
+
+    def _reply(self, fwd: ForwardedRequest, result: int, status: str) -> None:
+        hdr = mqdsrp.ChangeRequestHeader("", fwd.request_id, 0, fwd.requester, fwd.psc_name)
+        self.send_change_reply(hdr, result, status)
+
+    def send_change_reply(self, hdr: mqdsrp.ChangeRequestHeader, result: int, status: str) -> None:
+        destination = hdr.requester_name
+        if destination not in self.s.psc_neighbors and destination not in self.s.bsc_neighbors and hdr.psc_name:
+            destination = hdr.psc_name
+        msg = mqdsrp.ChangeReplyMessage(hdr.request_identifier, result, hdr.requester_name)
+        self.out.append(Outbound(destination, msg, "reply", hdr.partition_id or None, status=status))
+
+    # ------------------------------------------------------------ 3.3.7.9 Receive Request Nack
+    def receive_request_nack(self, message_class: str, destination_queue: str | None, body: bytes) -> None:
+        if message_class != "NackBadSignature":
+            return
+        destination = _machine_of(destination_queue)
+        if not destination:
+            return
+        key = f"{destination}:{_digest(body)}"
+        count = self.s.nack_resends.get(key, 0)
+        if count >= NACK_RESEND_LIMIT:
+            self.ignore("Nack", f"resend limit {NACK_RESEND_LIMIT} reached for {destination}")
+            return
+        self.s.nack_resends[key] = count + 1
+        self.out.append(Outbound(destination, None, "nack-resend", body=body))
+
+    # ------------------------------------------------------------ timers (3.3.6)
+    def next_timer_ms(self) -> int | None:
+        due = [self.s.bsc_ack_due_ms] if self.s.bsc_ack_due_ms is not None else []
+        due += [n.next_tick_ms for n in self.s.bsc_neighbors.values() if n.next_tick_ms is not None]
+        due += [f.deadline_ms for f in self.s.forwarded.values()]
+        return min(due) if due else None
+
+    def on_timer(self, now_ms: int) -> None:
+        self.s.now_ms = max(self.s.now_ms, now_ms)
+        if self.s.bsc_ack_due_ms is not None and self.s.bsc_ack_due_ms <= now_ms:
+            self._bsc_ack_timer(now_ms)
+        for bsc in self.s.bsc_neighbors.values():
+            if bsc.next_tick_ms is not None and bsc.next_tick_ms <= now_ms:
+                self.send_change_propagation(bsc)
+        for key, fwd in list(self.s.forwarded.items()):
+            if fwd.deadline_ms <= now_ms:
+                del self.s.forwarded[key]
+                self._reply(fwd, MQ_ERROR, "MQDS_NO_RSP_FROM_OWNER")
+
+    def _bsc_ack_timer(self, now_ms: int) -> None:
+        if self.is_psc():
+            self.s.bsc_ack_due_ms = None              # only a BSC runs the BSC Ack Timer
+            return
+        if not self.s.my_psc_name:
+            self.s.bsc_ack_due_ms = now_ms + BSC_ACK_FIRST_MS
+            return
+        machine_id = self._own_machine_id() or GUID_NULL
+        self.out.append(Outbound(self.s.my_psc_name, mqdsrp.BSCAckMessage(machine_id, self.name), "ack"))
+        self.s.bsc_ack_due_ms = now_ms + BSC_ACK_MS
+
+    def _own_machine_id(self) -> str | None:
+        if self.s.site_id is None:
+            return None
+        guid = self.store.guid_for_path(self.name)
+        return guid if guid and not guid.startswith("path:") else None
+
+
+def _name_property(object_type: int, props: dict) -> str | None:
+    names = {MQDS_QUEUE: "Q_PATHNAME", MQDS_MACHINE: "QM_PATHNAME", MQDS_SITE: "S_PATHNAME", MQDS_CN: "CN_NAME",
+             MQDS_ENTERPRISE: "E_NAME"}
+    return props.get(propid(names[object_type])) if object_type in names else None
+
+
+def _request_key(requester: str, request_id: int) -> str:
+    """digest §11.1: identifiers from different requesters can collide; key on both."""
+    return f"{requester.lower()}:{request_id}"
+
+
+def _machine_of(format_name: str | None) -> str | None:
+    """DIRECT=OS:<machine>\\private$\\mqis_queue$ -> machine (REPLICATION_QUEUE_DIRECT, 1.9)."""
+    if not format_name or ":" not in format_name:
+        return None
+    return format_name.split(":", 1)[1].split("\\", 1)[0] or None
+
+
+def _digest(body: bytes) -> str:
+    return format(zlib.crc32(body), "08x")
+
+
+# ================================================================== state persistence
+def _change_tuple(c: DirectoryChange) -> tuple:
+    return (c.command, c.use_guid, c.path_name, c.guid_identifier, c.partition_id, c.previous_seq_number,
+            c.seq_number, c.purged_seq_number, [(p.prop_id, p.value) for p in c.properties])
+
+
+def _change_from(t) -> DirectoryChange:
+    *head, props = t
+    return DirectoryChange(*head, [Property(k, v) for k, v in props])
+
+
+def _neighbor_tuple(n: Neighbor) -> tuple:
+    return (n.partition_id, n.machine_name, n.acked_seq, n.acked_pec_seq, n.last_acked_ms,
+            [_change_tuple(c) for c in n.available], n.next_tick_ms)
+
+
+def _neighbor_from(t) -> Neighbor:
+    pid, name, acked, acked_pec, last_acked, available, tick = t
+    return Neighbor(pid, name, acked, acked_pec, last_acked, [_change_from(c) for c in available], tick)
+
+
+def state_to_bytes(s: ServerState) -> bytes:
+    partitions = [(p.partition_id, p.authority, p.last_seq, p.purged_seq, p.allowed_purge_seq, p.purge_state,
+                   p.previous_purged_seq, p.change_missing_window, [_change_tuple(c) for c in p.pending],
+                   p.initial_sync_sent) for p in s.partitions.values()]
+    return marshal.dumps((
+        1, s.name, s.site_id, s.my_psc_name, partitions,
+        [_neighbor_tuple(n) for n in s.psc_neighbors.values()], [_neighbor_tuple(n) for n in s.bsc_neighbors.values()],
+        [(d.identifier, d.partition_id, d.seq_number, d.object_type, d.scope) for d in s.deleted.values()],
+        [(k, f.requester, f.request_id, f.psc_name, f.deadline_ms) for k, f in s.forwarded.items()],
+        s.nack_resends, s.bsc_ack_due_ms, s.now_ms, s.messages_sent, s.initialized))
+
+
+def state_from_bytes(raw: bytes) -> ServerState:
+    (version, name, site_id, my_psc, partitions, pscs, bscs, deleted, forwarded, nack_resends, bsc_ack_due,
+     now_ms, sent, initialized) = marshal.loads(raw)
+    s = ServerState(name, site_id, my_psc)
+    for pid, auth, last, purged, allowed, state, prev_purged, cmw, pending, initial in partitions:
+        s.partitions[pid] = Partition(pid, auth, last, purged, allowed, state, prev_purged, cmw,
+                                      [_change_from(c) for c in pending], initial)
+    s.psc_neighbors = {n.machine_name: n for n in map(_neighbor_from, pscs)}
+    s.bsc_neighbors = {n.machine_name: n for n in map(_neighbor_from, bscs)}
+    s.deleted = {d[0]: DeletedObject(*d) for d in deleted}
+    s.forwarded = {k: ForwardedRequest(*rest) for k, *rest in forwarded}
+    s.nack_resends, s.bsc_ack_due_ms, s.now_ms, s.messages_sent, s.initialized = (
+        nack_resends, bsc_ack_due, now_ms, sent, initialized)
+    return s

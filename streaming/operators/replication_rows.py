@@ -1,0 +1,131 @@
+"""Sink rows for one replica after a step of the state machine (sans-IO).
+
+Each function returns rows for the tables documented in the README: replication_servers,
+replication_partitions, directory_objects, deleted_objects, pending_changes, outbound_messages.
+GUIDs are lowercase canonical text and sequence numbers 16-digit lowercase hex.
+"""
+import uuid
+from datetime import datetime, timezone
+
+from ..wire import encode, mqdsrp
+from ..wire.guid import GUID_NULL
+from ..wire.propids import PROPIDS
+from ..wire.seqnum import seq_hex
+from .replica_store import DirObject
+from .replication import OBJECT_TYPE_NAMES, PURGE_STATE_NAMES, Outbound, Replica
+
+OUTBOUND_NAMESPACE = uuid.UUID("6f0c3d1e-5a8b-4c1e-9d2f-2b7e4a9c0d11")
+
+
+def ts(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def json_value(value):
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    return value
+
+
+def properties_json(props: dict[int, object]) -> dict[str, object]:
+    return {PROPIDS[k][0]: json_value(v) for k, v in props.items() if k in PROPIDS}
+
+
+def server_rows(r: Replica) -> list[tuple[str, dict]]:
+    s, now = r.s, ts(r.s.now_ms)
+    rows = [("replication_servers", {
+        "server": s.name, "role": r.role(), "site_id": s.site_id, "psc_name": s.my_psc_name,
+        "pec_name": r.enterprise().authority or None, "psc_neighbors": sorted(s.psc_neighbors),
+        "bsc_neighbors": sorted(s.bsc_neighbors), "deleted_objects": len(s.deleted),
+        "forwarded_requests": len(s.forwarded), "updated_at": now})]
+    for p in s.partitions.values():
+        rows.append(("replication_partitions", {
+            "server": s.name, "partition_id": p.partition_id, "authority": p.authority,
+            "owned": r.owns(p), "last_seq": seq_hex(p.last_seq), "purged_seq": seq_hex(p.purged_seq),
+            "allowed_purge_seq": seq_hex(p.allowed_purge_seq), "purge_state": PURGE_STATE_NAMES[p.purge_state],
+            "pending_count": len(p.pending), "change_missing_window": seq_hex(p.change_missing_window),
+            "updated_at": now}))
+    return rows
+
+
+def object_rows(r: Replica, touched: dict[str, DirObject | None], removed: dict[str, DirObject]) -> list:
+    rows, now = [], ts(r.s.now_ms)
+    for guid, obj in touched.items():
+        deleted = obj is None
+        obj = obj or removed[guid]
+        rows.append(("directory_objects", {
+            "server": r.name, "object_guid": guid, "partition_id": obj.partition_id,
+            "object_type": OBJECT_TYPE_NAMES.get(obj.object_type, str(obj.object_type)), "path_name": obj.path_name,
+            "seq_number": seq_hex(obj.seq_number), "deleted": deleted, "properties": properties_json(obj.properties),
+            "updated_at": now}))
+    return rows
+
+
+def deleted_rows(r: Replica) -> list:
+    now = ts(r.s.now_ms)
+    return [("deleted_objects", {
+        "server": r.name, "identifier": ident, "partition_id": d.partition_id, "seq_number": seq_hex(d.seq_number),
+        "object_type": OBJECT_TYPE_NAMES.get(d.object_type, str(d.object_type)), "scope": d.scope, "status": status,
+        "updated_at": now}) for ident, (d, status) in r.deleted_touched.items()]
+
+
+def pending_rows(r: Replica) -> list:
+    latest = {}
+    for e in r.pending_events:                     # the last status of each change wins
+        latest[(e.partition_id, e.change.seq_number)] = e
+    now = ts(r.s.now_ms)
+    return [("pending_changes", {
+        "server": r.name, "partition_id": pid, "seq_number": seq_hex(seq),
+        "previous_seq_number": seq_hex(e.change.previous_seq_number),
+        "command": mqdsrp.COMMANDS.get(e.change.command, str(e.change.command)),
+        "object": e.change.guid_identifier or e.change.path_name, "status": e.status, "updated_at": now})
+        for (pid, seq), e in latest.items()]
+
+
+def outbound_rows(r: Replica, batch_ms: int) -> list:
+    rows = []
+    for o in r.out:
+        r.s.messages_sent += 1
+        message_id = str(uuid.uuid5(OUTBOUND_NAMESPACE, f"{r.name.lower()}:{r.s.messages_sent}"))
+        rows.append(("outbound_messages", outbound_row(r, o, message_id, batch_ms)))
+    return rows
+
+
+def outbound_row(r: Replica, o: Outbound, message_id: str, sent_ms: int) -> dict:
+    if o.body is not None:
+        body = o.body
+        operation = "resend" if o.message is None else type(o.message).__name__.removesuffix("Message")
+    else:
+        body = encode("mqdsrp", mqdsrp.new_message(r.s.site_id or GUID_NULL, o.message))
+        operation = type(o.message).__name__.removesuffix("Message")
+    return {"message_id": message_id, "server": r.name, "destination": o.destination, "operation": operation,
+            "reason": o.reason, "partition_id": o.partition_id, "detail": detail(o), "body": body.hex(),
+            "sent_at": ts(sent_ms)}
+
+
+def detail(o: Outbound) -> dict:
+    m = o.message
+    if isinstance(m, mqdsrp.SyncRequestMessage):
+        return {"from_seq": seq_hex(m.from_seq_number), "to_seq": seq_hex(m.to_seq_number),
+                "known_purged_seq": seq_hex(m.known_purged_seq_number), "is_sync0": m.is_sync0, "scope": m.scope}
+    if isinstance(m, mqdsrp.PSCAckMessage):
+        return {"acked_partition_id": m.acked_partition_id, "acked_seq": seq_hex(m.acked_seq_number)}
+    if isinstance(m, mqdsrp.ChangePropagationMessage):
+        return {"flush": m.flush, "count": m.count,
+                "seq_numbers": [seq_hex(c.seq_number) for c in m.directory_changes][:20]}
+    if isinstance(m, mqdsrp.ChangeReplyMessage):
+        return {"request_identifier": m.request_identifier, "result": m.result, "status": o.status,
+                "requester": m.requester_name}
+    if isinstance(m, mqdsrp.ChangeRequestMessage):
+        return {"request_identifier": m.change_request_header.request_identifier,
+                "requester": m.change_request_header.requester_name}
+    return {}
+
+
+def step_rows(r: Replica, batch_ms: int) -> list[tuple[str, dict]]:
+    """Every sink row one step produced; clears the step's collected changes."""
+    touched, removed = r.store.take_changes()
+    rows = (server_rows(r) + object_rows(r, touched, removed) + deleted_rows(r) + pending_rows(r)
+            + outbound_rows(r, batch_ms))
+    r.out, r.pending_events, r.deleted_touched, r.ignored = [], [], {}, []
+    return rows

@@ -1,0 +1,133 @@
+"""MQDSRP replication as a stateful streaming operator: transformWithStateInPandas keyed by the
+receiving directory server, driven by the sans-IO replica in streaming/operators/replication.py.
+
+State per server (RocksDB state store): a ValueState with the replication state (partitions,
+neighbours, pending changes, deleted objects) and a MapState of object buckets, so a micro-batch
+reads and writes each touched bucket once (streaming/operators/replica_store.py). Timers (BSC Ack,
+Change Propagation to BSCs, change-request waits) run on event time: the envelopes' arrival time.
+
+Outputs are (table_name, JSON payload) rows for the sink; outbound_messages are also published to
+the outbound topic after the sink has committed the batch.
+"""
+import json
+
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+
+from .discovery_query import OUTPUT_DDL, TableWriter
+from .operators.replica_store import ObjectStore
+from .operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
+from .operators.replication_rows import step_rows
+from .wire import decode
+
+WATERMARK_DELAY = "10 seconds"
+
+
+class MapStateBackend:
+    """replica_store.BucketBackend over a Spark MapState (bucket number -> bytes)."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def load(self, bucket: int) -> bytes | None:
+        value = self.state.getValue((bucket,))
+        return bytes(value[0]) if value is not None else None
+
+    def save(self, bucket: int, data: bytes | None) -> None:
+        if data is None:
+            self.state.removeKey((bucket,))
+        else:
+            self.state.updateValue((bucket,), (data,))
+
+    def buckets(self):
+        return (k[0] for k in self.state.keys()) if self.state.exists() else iter(())
+
+
+class ReplicationProcessor(StatefulProcessor):
+    def __init__(self, pec_name: str | None = None):
+        self.pec_name = pec_name
+
+    def init(self, handle) -> None:
+        self.handle = handle
+        self.control = handle.getValueState("replica", StructType([StructField("state", BinaryType())]))
+        self.objects = handle.getMapState("objects", StructType([StructField("bucket", IntegerType())]),
+                                          StructType([StructField("blob", BinaryType())]))
+
+    def _replica(self, server: str) -> Replica:
+        st = state_from_bytes(bytes(self.control.get()[0])) if self.control.exists() else ServerState(server)
+        return Replica(st, ObjectStore(MapStateBackend(self.objects)), self.pec_name)
+
+    def handleInputRows(self, key, rows, timerValues):
+        r = self._replica(key[0])
+        frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
+        for body, arrival, source, cls, queue in zip(frame["body"], frame["arrival_ms"], frame["source_machine"],
+                                                     frame["message_class"], frame["destination_queue"]):
+            body = bytes(body)
+            r.receive(decode("mqdsrp", body), arrival_ms=int(arrival), source=source, message_class=cls,
+                      destination_queue=queue, body=body)
+        yield from self._finish(r)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        r = self._replica(key[0])
+        r.on_timer(expiredTimerInfo.getExpiryTimeInMs())
+        yield from self._finish(r)
+
+    def _finish(self, r: Replica):
+        r.store.flush()
+        rows = step_rows(r, r.s.now_ms)
+        self.control.update((state_to_bytes(r.s),))
+        for t in list(self.handle.listTimers()):
+            self.handle.deleteTimer(t)
+        due = r.next_timer_ms()
+        if due is not None:
+            self.handle.registerTimer(due)
+        if rows:
+            yield pd.DataFrame([(t, json.dumps(p)) for t, p in rows], columns=["table_name", "payload"])
+
+    def close(self) -> None:
+        pass
+
+
+def replication_stream(decoded, pec_name: str | None = None):
+    from pyspark.sql import functions as F
+    return (decoded.filter("ok")
+            .withColumn("arrival_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
+            .withWatermark("arrival_time", WATERMARK_DELAY)
+            .select("state_key", "arrival_ms", "arrival_time", "topic", "partition", "offset", "body",
+                    "source_machine", "message_class", "destination_queue")
+            .groupBy("state_key")
+            .transformWithStateInPandas(ReplicationProcessor(pec_name), OUTPUT_DDL, "Append", "EventTime"))
+
+
+class ReplicationWriter(TableWriter):
+    """Sink rows in one transaction per batch, then the batch's outbound messages to Kafka.
+
+    The table is exactly once (the batch marker); Kafka is at least once: a batch replayed after a
+    crash between the commit and the publish is published again, with the same message ids
+    (deterministic per server), so a consumer can drop repeats."""
+
+    def __init__(self, sink_url: str, query_id: str, echo=print, outbound: dict | None = None):
+        super().__init__(sink_url, query_id, echo, label="replication")
+        self.outbound = outbound            # {"topic": ..., "kafka": {confluent settings}} or None
+        self._producer = None
+
+    def after_write(self, rows: dict[str, list[dict]]) -> None:
+        messages = rows.get("outbound_messages") or []
+        if not messages or not self.outbound:
+            return
+        from confluent_kafka import Producer
+
+        from .envelope import encode_envelope, make_envelope
+        if self._producer is None:
+            self._producer = Producer(self.outbound["kafka"])
+        for m in messages:
+            env = make_envelope("mqdsrp", bytes.fromhex(m["body"]), source_machine=m["server"],
+                                destination_machine=m["destination"],
+                                destination_queue=f"DIRECT=OS:{m['destination']}\\private$\\mqis_queue$",
+                                sent_time=m["sent_at"], sender_identifier_type="QueueManagerIdentifier",
+                                authentication_level="Sig10", hash_algorithm="MD5", message_id=m["message_id"])
+            self._producer.produce(self.outbound["topic"], encode_envelope(env), m["destination"].encode())
+            self._producer.poll(0)
+        if self._producer.flush(30):
+            raise RuntimeError(f"outbound messages not confirmed by Kafka within 30 s ({self.outbound['topic']})")
