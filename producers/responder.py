@@ -190,6 +190,7 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
     consumer.subscribe([outbound_topic], on_assign=lambda _c, parts: assigned.extend(parts))
     pub = publisher(client, settings)
     last_activity = None                  # the idle clock starts once the group has assigned partitions
+    answered: set[str] = set()
     try:
         while not stop():
             batch = consumer.consume(500, 0.2)
@@ -204,6 +205,9 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
                     log.warning("skipping outbound record %s[%d]@%d: %s", record.topic(), record.partition(),
                                 record.offset(), exc)
                     continue
+                if envelope.get("message_id") in answered:
+                    continue            # a replayed batch republishes with the same ids (at least once)
+                answered.add(envelope.get("message_id"))
                 for ans in authorities.answer(envelope):
                     publish_envelope(pub, "mqdsrp", ans.key, ans.envelope, {"mqdsrp": raw_topic})
             if batch or (assigned and last_activity is None):

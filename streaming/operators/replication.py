@@ -742,6 +742,8 @@ class Replica:
 
     # ------------------------------------------------------------ timers (3.3.6)
     def next_timer_ms(self) -> int | None:
+        if self.s.bsc_ack_due_ms is not None and self.is_psc():
+            self.s.bsc_ack_due_ms = None               # only a BSC runs the BSC Ack Timer (3.3.3)
         due = [self.s.bsc_ack_due_ms] if self.s.bsc_ack_due_ms is not None else []
         due += [n.next_tick_ms for n in self.s.bsc_neighbors.values() if n.next_tick_ms is not None]
         due += [f.deadline_ms for f in self.s.forwarded.values()]

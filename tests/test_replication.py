@@ -1,0 +1,509 @@
+"""The MQDSRP replica state machine, event by event, from MC-MQDSRP section 3 and the digest's
+readings of its defective places (shared/spec/digests/mqdsrp_digest.md)."""
+import pytest
+
+from streaming.operators.replica_store import DictBackend, ObjectStore
+from streaming.operators.replication import (
+    MQ_ERROR, MQ_OK, PEC_PARTITION_ID, PENDING_LIMIT, PURGE_COMPLETESYNC0, PURGE_NORMAL, PURGE_SYNC0, Replica,
+    ServerState, state_from_bytes, state_to_bytes)
+from streaming.wire import mqdsrp
+from streaming.wire.properties import Property
+from streaming.wire.propids import propid
+from streaming.wire.seqnum import MAX_SEQ_NUMBER, MIN_SEQ_NUMBER
+
+SITE = "11111111-1111-4111-8111-111111111111"
+OTHER_SITE = "22222222-2222-4222-8222-222222222222"
+T0 = 1_700_000_000_000
+
+
+def queue_guid(n: int) -> str:
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
+def P(name: str, value) -> Property:
+    return Property(propid(name), value)
+
+
+def create_queue(seq: int, n: int, prev: int | None = None, purged: int = 0, pid: str = SITE, **extra):
+    props = [P("Q_INSTANCE", queue_guid(n)), P("Q_PATHNAME", f"qm\\q{n}"), P("Q_LABEL", f"q{n}"),
+             P("Q_QUOTA", 100)] + [P(k, v) for k, v in extra.items()]
+    return mqdsrp.DirectoryChange(0, 0, f"qm\\q{n}", None, pid, seq - 1 if prev is None else prev, seq, purged, props)
+
+
+def update_queue(seq: int, n: int, prev: int | None = None, purged: int = 0, pid: str = SITE, **props):
+    return mqdsrp.DirectoryChange(1, 1, None, queue_guid(n), pid, seq - 1 if prev is None else prev, seq, purged,
+                                  [P(k, v) for k, v in props.items()])
+
+
+def delete_queue(seq: int, n: int, prev: int | None = None, purged: int = 0, pid: str = SITE):
+    return mqdsrp.DirectoryChange(2, 1, None, queue_guid(n), pid, seq - 1 if prev is None else prev, seq, purged,
+                                  [P("D_SCOPE", 1), P("D_OBJTYPE", 1)])
+
+
+def sync_queue(seq: int, n: int, prev: int, purged: int = 0, pid: str = SITE, label: str = "synced"):
+    props = [P("Q_SCOPE", 1), P("Q_PATHNAME", f"qm\\q{n}"), P("Q_LABEL", label), P("Q_QUOTA", 7),
+             P("Q_HASHKEY", 0), P("Q_LABEL_HASHKEY", 0)]
+    return mqdsrp.DirectoryChange(3, 1, None, queue_guid(n), pid, prev, seq, purged, props)
+
+
+def site_create(seq: int, site_id: str, psc: str, prev: int | None = None):
+    props = [P("S_SITEID", site_id), P("S_PATHNAME", f"site-{psc}"), P("S_PSC", psc), P("S_GATES", [])]
+    return mqdsrp.DirectoryChange(0, 0, f"site-{psc}", None, PEC_PARTITION_ID, seq - 1 if prev is None else prev,
+                                  seq, 0, props)
+
+
+def propagation(changes, flush=0, header=None, site=SITE):
+    return mqdsrp.new_message(site, mqdsrp.ChangePropagationMessage(flush, len(changes), changes,
+                                                                    header or mqdsrp.SeqNumberHeader(0)))
+
+
+def sync_reply(changes, frm, to, purged=0, complete=0, pid=SITE):
+    hdr = mqdsrp.SyncReplyHeader(pid, frm, to, purged, len(changes), complete)
+    return mqdsrp.new_message(SITE, mqdsrp.SyncReplyMessage(hdr, changes))
+
+
+class Server:
+    """One replica with its store; `send` delivers messages at increasing event times."""
+
+    def __init__(self, name: str = "bsc1", psc: str = "psc1", role: str = "BSC"):
+        self.state, self.backend = ServerState(name), DictBackend()
+        self.now = T0
+        r = self.replica()
+        r.initialize(T0)
+        r.s.partitions[PEC_PARTITION_ID].authority = "pec"
+        if role == "PSC":
+            r._site_appeared(SITE, name)
+            r._site_appeared(OTHER_SITE, "psc2")
+        else:
+            r.s.my_psc_name = psc
+            r._site_appeared(SITE, psc)
+        r.s.site_id = SITE
+        r.send_initial_syncs()           # 3.3.3: already asked for every replicated partition
+        self.out = []
+
+    def replica(self) -> Replica:
+        return Replica(self.state, ObjectStore(self.backend))
+
+    def send(self, msg, source="psc1", message_class="Normal", queue=None, body=b""):
+        self.now += 10
+        r = self.replica()
+        r.receive(msg, arrival_ms=self.now, source=source, message_class=message_class, destination_queue=queue,
+                  body=body)
+        r.store.flush()
+        self.out = r.out
+        self.last = r
+        return r
+
+    def timer(self, now):
+        r = self.replica()
+        r.on_timer(now)
+        self.out = r.out
+        return r
+
+    def partition(self, pid=SITE):
+        return self.state.partitions[pid]
+
+    def obj(self, n: int):
+        return self.replica().store.get(queue_guid(n))
+
+    def requests(self):
+        return [o for o in self.out if isinstance(o.message, mqdsrp.SyncRequestMessage)]
+
+
+def caught_up(server: Server, pid=SITE):
+    """A first sync reply (3.3.7.5: ChangeMissingWindow MAX -> MIN), so gaps are asked for."""
+    server.send(sync_reply([], 0, 0, pid=pid))
+    assert server.partition(pid).change_missing_window == MIN_SEQ_NUMBER
+
+
+# ---------------------------------------------------------------- 3.1.7.2.2 / 3.1.7.2.3
+def test_in_order_changes_apply_and_advance_the_last_sequence_number():
+    s = Server()
+    s.send(propagation([create_queue(1, 1), update_queue(2, 1, Q_LABEL="new"), create_queue(3, 2)]))
+    assert s.partition().last_seq == 3
+    q1 = s.obj(1)
+    assert q1.seq_number == 2 and q1.properties[propid("Q_LABEL")] == "new"
+    assert q1.properties[propid("Q_QUOTA")] == 100          # an update changes only the listed properties
+    assert q1.path_name == "qm\\q1"
+
+
+def test_duplicates_and_old_changes_take_no_action():
+    s = Server()
+    s.send(propagation([create_queue(1, 1), update_queue(2, 1, Q_LABEL="new")]))
+    s.send(propagation([update_queue(2, 1, Q_LABEL="again"), update_queue(1, 1, prev=0, Q_LABEL="older")]))
+    assert s.obj(1).properties[propid("Q_LABEL")] == "new" and s.partition().last_seq == 2
+
+
+def test_a_change_older_than_the_purge_horizon_is_stale():
+    s = Server()
+    s.partition().purged_seq = 50
+    s.send(propagation([create_queue(1, 1, purged=10)]))
+    assert s.obj(1) is None and s.partition().last_seq == 0
+
+
+def test_overlapping_previous_sequence_number_is_in_sync():
+    """3.1.7.2.2 tests PreviousSeqNumber <= LastSeqNumber: an overlap is accepted."""
+    s = Server()
+    s.send(propagation([create_queue(1, 1), create_queue(2, 2)]))
+    s.send(propagation([create_queue(3, 3, prev=1)]))
+    assert s.partition().last_seq == 3 and s.obj(3) is not None
+
+
+def test_an_out_of_order_change_waits_and_applies_when_its_predecessor_arrives():
+    """Check Pending Changes with the digest's reading (§9.4: PreviousSeqNumber > LastSeqNumber);
+    the literal SeqNumber > LastSeqNumber would never let the pending change through."""
+    s = Server()
+    s.send(propagation([create_queue(2, 2), create_queue(3, 3)]))
+    assert s.partition().last_seq == 0 and [c.seq_number for c in s.partition().pending] == [2, 3]
+    s.send(propagation([create_queue(1, 1)]))
+    assert s.partition().last_seq == 3 and not s.partition().pending
+    assert {s.obj(n).seq_number for n in (1, 2, 3)} == {1, 2, 3}
+
+
+def test_pending_collection_is_sorted_without_duplicates_and_capped_at_100():
+    s = Server()
+    s.send(propagation([create_queue(5, 5), create_queue(3, 3), create_queue(3, 3)]))
+    assert [c.seq_number for c in s.partition().pending] == [3, 5]
+    s.send(propagation([create_queue(10 + i, 10 + i) for i in range(PENDING_LIMIT + 5)]))
+    assert len(s.partition().pending) == PENDING_LIMIT
+
+
+def test_no_gap_request_while_the_initial_sync_is_outstanding():
+    """ChangeMissingWindow starts at MAX (3.1.1.2.3): no change can be above it."""
+    s = Server()
+    s.send(propagation([create_queue(5, 5)]))
+    assert s.requests() == []
+
+
+def test_a_gap_asks_for_the_missing_range_once_caught_up():
+    s = Server()
+    caught_up(s)
+    s.send(propagation([create_queue(1, 1)]))
+    s.send(propagation([create_queue(5, 5)]))
+    (req,) = s.requests()
+    m = req.message
+    assert (m.from_seq_number, m.to_seq_number, m.is_sync0, m.scope) == (1, 5, 0, 0)     # a BSC: scope 0x00
+    assert req.destination == "psc1" and req.reason == "gap"                            # a BSC asks its PSC
+    assert s.partition().change_missing_window == 5
+    s.send(propagation([create_queue(6, 6)]))                   # inside the window already asked for
+    assert s.requests() == []
+
+
+def test_a_psc_asks_the_authority_with_scope_one():
+    s = Server("psc1", role="PSC")
+    caught_up(s, OTHER_SITE)
+    s.send(propagation([create_queue(3, 3, pid=OTHER_SITE)], site=OTHER_SITE), source="psc2")
+    (req,) = s.requests()
+    assert req.destination == "psc2" and req.message.scope == 1 and req.message.requester_name == "psc1"
+
+
+# ---------------------------------------------------------------- object operations
+def test_delete_records_a_deleted_object_and_removes_the_object():
+    s = Server()
+    s.send(propagation([create_queue(1, 1), delete_queue(2, 1)]))
+    assert s.obj(1) is None
+    d = s.state.deleted[queue_guid(1)]
+    assert (d.seq_number, d.object_type, d.scope, d.partition_id) == (2, 1, 1, SITE)
+
+
+def test_update_of_an_unknown_object_fails_and_does_not_advance():
+    s = Server()
+    s.send(propagation([update_queue(1, 9, Q_LABEL="x")]))
+    assert s.partition().last_seq == 0
+
+
+def test_sync_creates_with_the_guid_and_drops_reserved_properties():
+    """§9.8: the GUID travels in GuidIdentifier only; Q_HASHKEY values MUST NOT be interpreted."""
+    s = Server()
+    s.send(sync_reply([sync_queue(1, 4, prev=0)], 0, 1))
+    q = s.obj(4)
+    assert q.properties[propid("Q_INSTANCE")] == queue_guid(4)
+    assert propid("Q_HASHKEY") not in q.properties and propid("Q_LABEL_HASHKEY") not in q.properties
+    assert q.path_name == "qm\\q4"
+
+
+def test_sync_of_an_existing_object_replaces_its_listed_properties():
+    s = Server()
+    s.send(propagation([create_queue(1, 1)]))
+    s.send(sync_reply([sync_queue(2, 1, prev=1, label="fresh")], 1, 2))
+    q = s.obj(1)
+    assert q.properties[propid("Q_LABEL")] == "fresh" and q.properties[propid("Q_QUOTA")] == 7 and q.seq_number == 2
+
+
+# ---------------------------------------------------------------- 3.3.7.5 Receive Sync Reply
+def test_first_sync_reply_closes_the_window_and_applies_pending_changes():
+    s = Server()
+    s.send(propagation([create_queue(3, 3)]))
+    s.send(sync_reply([create_queue(1, 1), create_queue(2, 2)], 0, 2))
+    assert s.partition().change_missing_window == MIN_SEQ_NUMBER and s.partition().last_seq == 3
+
+
+def test_an_empty_reply_for_the_requested_window_skips_the_gap():
+    """§11.5: Count 0 and ChangeMissingWindow == ToSeqNumber: LastSeqNumber := ToSeqNumber."""
+    s = Server()
+    caught_up(s)
+    s.send(propagation([create_queue(1, 1)]))
+    s.send(propagation([create_queue(6, 6, prev=5)]))
+    assert s.partition().change_missing_window == 6
+    s.send(sync_reply([], 1, 6))
+    p = s.partition()
+    assert p.change_missing_window == MIN_SEQ_NUMBER and p.last_seq == 6
+
+
+def test_a_reply_older_than_the_purge_horizon_is_ignored():
+    s = Server()
+    s.partition().purged_seq = 20
+    s.send(sync_reply([create_queue(21, 1, prev=0, purged=20)], 0, 21, purged=10))
+    assert s.obj(1) is None
+
+
+def test_a_sync_reply_is_applied_whole_before_pending_changes():
+    """[INFERENCE] (replication.py, Receive Sync Reply): a pending older update must not be applied
+    in the middle of a reply whose later entry carries the object's current state."""
+    s = Server()
+    s.send(propagation([create_queue(1, 1)]))
+    # 2..3 lost; 4 updates queue 1 (label only) and waits
+    s.send(propagation([update_queue(4, 1, prev=3, Q_LABEL="four")]))
+    # the authority's answer: queue 2 at 3 (its current seq) and queue 1 at 5 (its current state)
+    s.send(sync_reply([create_queue(3, 2, prev=1), sync_queue(5, 1, prev=3, label="current")], 1, 5))
+    q = s.obj(1)
+    assert q.properties[propid("Q_LABEL")] == "current" and q.seq_number == 5
+    assert s.partition().last_seq == 5 and not s.partition().pending
+
+
+# ---------------------------------------------------------------- 3.2.7.1 SeqNumberHeader
+def test_seq_number_header_raises_allowed_purge_and_asks_for_what_is_missing():
+    s = Server()
+    caught_up(s)
+    s.send(propagation([create_queue(1, 1)]))
+    header = mqdsrp.SeqNumberHeader(1, "psc1", [mqdsrp.PartitionSeqNumbers(SITE, 9, 4)])
+    s.send(propagation([], header=header))
+    p = s.partition()
+    assert p.allowed_purge_seq == 4 and p.change_missing_window == 10
+    (req,) = s.requests()
+    assert (req.message.from_seq_number, req.message.to_seq_number) == (1, 10)
+
+
+# ---------------------------------------------------------------- 3.1.7.2.9 purge
+def deletes_up_to(s: Server, last: int):
+    changes = [create_queue(1, 1), delete_queue(2, 1)] + [create_queue(i, i) for i in range(3, last + 1)]
+    s.send(propagation(changes))
+
+
+def test_purge_waits_for_the_1024_buffer_and_the_allowed_horizon():
+    s = Server()
+    s.partition().allowed_purge_seq = 5
+    deletes_up_to(s, 1000)                       # LastSeqNumber < 1024: nothing to purge (§9.9 b)
+    assert queue_guid(1) in s.state.deleted and s.partition().purged_seq == 0
+    s.send(propagation([create_queue(i, i, purged=5) for i in range(1001, 1100)]))
+    assert queue_guid(1) not in s.state.deleted  # at 1028: purged up to 1028 - 1024 = 4
+    assert s.partition().purged_seq == 4         # and the horizon advances (§9.9 a)
+    s.send(propagation([create_queue(i, i, purged=5) for i in range(1100, 1300)]))
+    assert s.partition().purged_seq == 5         # at 1285: bounded by AllowedPurgeSeqNumber
+
+
+def test_no_purge_beyond_what_the_authority_allows():
+    s = Server()
+    deletes_up_to(s, 1300)                       # AllowedPurgeSeqNumber is still MIN
+    assert queue_guid(1) in s.state.deleted and s.partition().purged_seq == 0
+
+
+# ---------------------------------------------------------------- PSC ack (3.1.7.2.3, 3.3.7.4)
+def test_a_psc_acks_every_256th_change_and_a_bsc_does_not():
+    psc, bsc = Server("psc1", role="PSC"), Server()
+    for s, pid, src in ((psc, OTHER_SITE, "psc2"), (bsc, SITE, "psc1")):
+        s.send(propagation([create_queue(i, i, pid=pid) for i in range(1, 258)], site=pid), source=src)
+    acks = [o for o in psc.out if isinstance(o.message, mqdsrp.PSCAckMessage)]
+    assert len(acks) == 1 and acks[0].destination == "psc2"
+    assert (acks[0].message.acked_seq_number, acks[0].message.acked_partition_id, acks[0].message.psc_name) == \
+        (256, OTHER_SITE, "psc1")
+    assert acks[0].message.psc_site_id == SITE
+    assert not [o for o in bsc.out if isinstance(o.message, mqdsrp.PSCAckMessage)]
+
+
+# ---------------------------------------------------------------- AlreadyPurged and sync0 (3.3.7.7, 3.3.7.10, 3.3.7.11)
+def test_already_purged_starts_sync0_and_sync0_rebuilds_the_partition():
+    s = Server()
+    s.send(propagation([create_queue(1, 1), create_queue(2, 2), delete_queue(3, 2)]))
+    s.send(mqdsrp.new_message(SITE, mqdsrp.AlreadyPurgedMessage(SITE, 40)))
+    p = s.partition()
+    assert (p.purge_state, p.last_seq, p.purged_seq, p.change_missing_window) == (PURGE_SYNC0, 0, 40, MAX_SEQ_NUMBER)
+    assert s.obj(1).seq_number == MIN_SEQ_NUMBER           # Reset Directory Partition, operation 1
+    (req,) = s.requests()
+    m = req.message
+    assert (m.from_seq_number, m.to_seq_number, m.known_purged_seq_number, m.is_sync0) == (0, MAX_SEQ_NUMBER, 40, 1)
+    s.send(sync_reply([sync_queue(41, 3, prev=0, purged=40)], 0, 41, purged=40, complete=1))
+    (again,) = s.requests()                                # CompleteSync0 = 1: more to come
+    assert again.message.from_seq_number == 41 and again.message.is_sync0 == 1
+    s.send(sync_reply([sync_queue(42, 4, prev=41, purged=40)], 41, 42, purged=40, complete=2))
+    p = s.partition()
+    assert (p.purge_state, p.change_missing_window, p.last_seq) == (PURGE_NORMAL, MIN_SEQ_NUMBER, 42)
+    assert s.obj(1) is None                                # still at MIN: gone (operation 2)
+    assert s.obj(3) is not None and s.obj(4) is not None
+    assert queue_guid(2) not in s.state.deleted            # deleted objects still at MIN are dropped
+
+
+def test_already_purged_is_ignored_when_the_replica_is_past_the_horizon():
+    s = Server()
+    s.send(propagation([create_queue(i, i) for i in range(1, 51)]))
+    s.send(mqdsrp.new_message(SITE, mqdsrp.AlreadyPurgedMessage(SITE, 40)))
+    assert s.partition().purge_state == PURGE_NORMAL and s.obj(1).seq_number == 1
+    # [INFERENCE] the unanswered initial request is asked again from where the replica is
+    (req,) = s.requests()
+    assert req.message.from_seq_number == 50 and req.message.is_sync0 == 0
+
+
+def test_complete_sync0_also_accepts_purge_state_3():
+    """§11.11: the labels contradict the state table; both literal numbers 2 and 3 are accepted."""
+    s = Server()
+    r = s.replica()
+    p = s.partition()
+    p.purge_state = PURGE_COMPLETESYNC0
+    r.complete_sync0(p)
+    assert p.purge_state == PURGE_NORMAL
+
+
+def test_propagated_changes_during_sync0_wait_for_it_to_complete():
+    s = Server()
+    s.send(mqdsrp.new_message(SITE, mqdsrp.AlreadyPurgedMessage(SITE, 40)))
+    s.send(propagation([create_queue(44, 7, prev=43, purged=40)]))
+    assert s.obj(7) is None and len(s.partition().pending) == 1
+    s.send(sync_reply([sync_queue(43, 3, prev=0, purged=40)], 0, 43, purged=40, complete=2))
+    assert s.obj(7) is not None and s.partition().last_seq == 44
+
+
+# ---------------------------------------------------------------- sites and the enterprise (3.1.7.2.5, .10, .11)
+def test_a_new_site_adds_its_partition_and_asks_its_psc_for_it():
+    s = Server()
+    s.send(propagation([site_create(1, "33333333-3333-4333-8333-333333333333", "psc3")], site=SITE))
+    new = s.state.partitions["33333333-3333-4333-8333-333333333333"]
+    assert new.authority == "psc3" and new.change_missing_window == MAX_SEQ_NUMBER
+    (req,) = s.requests()
+    assert req.destination == "psc1" and req.message.partition_id == new.partition_id   # a BSC asks its PSC
+    assert s.state.psc_neighbors == {}                     # a BSC has no directory neighbours (§9.11)
+
+
+def test_a_psc_gets_a_psc_neighbour_for_a_new_site():
+    s = Server("psc1", role="PSC")
+    s.send(propagation([site_create(1, "33333333-3333-4333-8333-333333333333", "psc3")]), source="pec")
+    assert s.state.psc_neighbors["psc3"].partition_id == "33333333-3333-4333-8333-333333333333"
+    assert [r.destination for r in s.requests()] == ["psc3"]
+
+
+def test_enterprise_and_site_updates_move_the_authority():
+    s = Server("psc1", role="PSC")
+    s.send(propagation([site_create(1, "33333333-3333-4333-8333-333333333333", "psc3")]), source="pec")
+    site_obj = "33333333-3333-4333-8333-333333333333"
+    ent = mqdsrp.DirectoryChange(0, 0, "corp", None, PEC_PARTITION_ID, 1, 2, 0,
+                                 [P("E_ID", "44444444-4444-4444-8444-444444444444"), P("E_NAME", "corp")])
+    upd_ent = mqdsrp.DirectoryChange(1, 1, None, "44444444-4444-4444-8444-444444444444", PEC_PARTITION_ID, 2, 3, 0,
+                                     [P("E_PECNAME", "newpec")])
+    upd_site = mqdsrp.DirectoryChange(1, 1, None, site_obj, PEC_PARTITION_ID, 3, 4, 0, [P("S_PSC", "psc9")])
+    s.send(propagation([ent, upd_ent, upd_site]), source="pec")
+    assert s.state.partitions[PEC_PARTITION_ID].authority == "newpec"
+    assert s.state.partitions[site_obj].authority == "psc9"
+    assert s.state.psc_neighbors["psc3"].machine_name == "psc9"
+
+
+# ---------------------------------------------------------------- BSC neighbours and flushes (3.1.7.2.3, 3.3.7.2)
+def test_a_psc_forwards_changes_to_its_bscs_and_flushes_site_changes_at_once():
+    s = Server("psc1", role="PSC")
+    s.send(mqdsrp.new_message(SITE, mqdsrp.BSCAckMessage(queue_guid(99), "bsc1")), source="bsc1")
+    assert "bsc1" in s.state.bsc_neighbors
+    s.send(propagation([create_queue(1, 1, pid=OTHER_SITE)], site=OTHER_SITE), source="psc2")
+    assert not [o for o in s.out if o.reason == "flush"]
+    s.send(propagation([site_create(1, "33333333-3333-4333-8333-333333333333", "psc3")]), source="pec")
+    (flush,) = [o for o in s.out if o.reason == "flush"]
+    assert flush.destination == "bsc1" and flush.message.flush == 1
+    assert [c.seq_number for c in flush.message.directory_changes] == [1, 1]     # both partitions' changes
+    s.send(propagation([create_queue(2, 2, pid=OTHER_SITE)], site=OTHER_SITE), source="psc2")
+    due = s.replica().next_timer_ms()
+    assert due == s.now + 2_000                          # Change Propagation Timer, intrasite (note <3>)
+    (tick,) = [o for o in s.timer(due).out if o.reason == "propagation"]
+    assert tick.message.flush == 0 and [c.seq_number for c in tick.message.directory_changes] == [2]
+
+
+def test_the_bsc_ack_timer_fires_after_5_seconds_then_every_12_hours():
+    s = Server()
+    r = s.replica()
+    assert r.next_timer_ms() == T0 + 5_000
+    (ack,) = s.timer(T0 + 5_000).out
+    assert ack.destination == "psc1" and ack.message.bsc_name == "bsc1"
+    assert s.replica().next_timer_ms() == T0 + 5_000 + 12 * 3_600_000
+
+
+# ---------------------------------------------------------------- change requests (3.2.7.2, 3.3.7.1, 3.2.7.6)
+def change_request(requester="bsc1", psc_name="psc1", request_id=7, pid=OTHER_SITE):
+    header = mqdsrp.ChangeRequestHeader(pid, request_id, len(requester) + 1 if psc_name else 0, requester, psc_name)
+    change = mqdsrp.DirectoryChange(1, 0, "qm\\q1", None, pid, 0, 0, 0, [P("Q_LABEL", "x")])
+    return mqdsrp.new_message(SITE, mqdsrp.ChangeRequestMessage(header, change))
+
+
+def test_a_psc_forwards_a_bsc_change_request_and_relays_the_reply():
+    s = Server("psc1", role="PSC")
+    s.send(mqdsrp.new_message(SITE, mqdsrp.BSCAckMessage(queue_guid(99), "bsc1")), source="bsc1")
+    s.send(change_request(), source="bsc1", body=b"original")
+    (fwd,) = s.out
+    assert fwd.destination == "psc2" and fwd.body == b"original"          # unchanged, to the authority
+    s.send(mqdsrp.new_message(OTHER_SITE, mqdsrp.ChangeReplyMessage(7, MQ_OK, "bsc1")), source="psc2")
+    (reply,) = s.out
+    assert reply.destination == "bsc1" and reply.message.result == MQ_OK and not s.state.forwarded
+
+
+def test_a_forwarded_request_without_reply_times_out_and_a_nack_means_owner_not_reached():
+    s = Server("psc1", role="PSC")
+    s.send(change_request(request_id=1))
+    deadline = s.replica().next_timer_ms()
+    assert deadline == s.now + 10_000                    # the next hop is the authority (note <11>)
+    (timeout,) = s.timer(deadline).out
+    assert (timeout.message.result, timeout.status) == (MQ_ERROR, "MQDS_NO_RSP_FROM_OWNER")
+    assert timeout.destination == "psc1"                 # bsc1 is not a neighbour: via its PSC (PSCName)
+    s.send(change_request(request_id=2))
+    s.send(change_request(request_id=2), message_class="NackReachQueueTimeout")
+    (nack,) = s.out
+    assert nack.status == "MQDS_OWNER_NOT_REACHED"
+
+
+def test_a_change_request_for_the_own_partition_is_left_to_the_authority():
+    s = Server("psc1", role="PSC")
+    s.send(change_request(pid=SITE))
+    assert s.out == []
+
+
+# ---------------------------------------------------------------- Nacks and message classes (3.1.5.1, 3.3.7.9)
+def test_bad_signature_nacks_are_resent_at_most_three_times():
+    s = Server()
+    queue = "DIRECT=OS:psc1\\private$\\mqis_queue$"
+    msg = mqdsrp.new_message(SITE, mqdsrp.PSCAckMessage(SITE, SITE, 256, "bsc1"))
+    sent = []
+    for _ in range(5):
+        s.send(msg, message_class="NackBadSignature", queue=queue, body=b"body")
+        sent += s.out
+    assert [o.destination for o in sent] == ["psc1"] * 3 and all(o.body == b"body" for o in sent)
+    s.send(msg, message_class="NackReachQueueTimeout", queue=queue, body=b"other")
+    assert s.out == []
+
+
+def test_positive_acknowledgement_classes_take_no_action():
+    s = Server()
+    s.send(propagation([create_queue(1, 1)]), message_class="AckReachQueue")
+    assert s.partition().last_seq == 0
+
+
+# ---------------------------------------------------------------- persistence
+def test_state_survives_a_round_trip_through_bytes():
+    s = Server("psc1", role="PSC")
+    s.send(mqdsrp.new_message(SITE, mqdsrp.BSCAckMessage(queue_guid(99), "bsc1")), source="bsc1")
+    s.send(propagation([create_queue(1, 1, pid=OTHER_SITE), create_queue(3, 3, pid=OTHER_SITE),
+                        delete_queue(2, 1, prev=1, pid=OTHER_SITE)], site=OTHER_SITE), source="psc2")
+    s.send(change_request(request_id=5))
+    again = state_from_bytes(state_to_bytes(s.state))
+    assert again == s.state
+
+
+@pytest.mark.parametrize("n", [1, 300])
+def test_object_store_keeps_objects_across_steps(n):
+    s = Server()
+    s.send(propagation([create_queue(i, i) for i in range(1, n + 1)]))
+    assert [s.obj(i).seq_number for i in (1, n)] == [1, n]
+    assert s.replica().store.guid_for_path(f"QM\\Q{n}") == queue_guid(n)        # path names: case-insensitive
