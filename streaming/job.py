@@ -219,7 +219,8 @@ def start_replication_query(spark, *, sink_url: str, checkpoint: str, source_opt
     opts = {k: v for k, v in source_opts.items() if k not in ("topicPattern", "dataLossLog")}
     opts["topics"] = TOPICS["mqdsrp"]
     outbound = {"topic": outbound_topic, "kafka": kafka_conf or {}} if outbound_topic else None
-    writer = ReplicationWriter(sink_url, checkpoint_query_id(checkpoint), echo, outbound)
+    query_id = checkpoint_query_id(checkpoint)
+    writer = ReplicationWriter(sink_url, query_id, echo, outbound)
     open_sink(sink_url).close()
-    return _start(replication_stream(decoded_stream(spark, opts), pec_name), "dirstream-replication", checkpoint,
-                  writer, once, trigger)
+    return _start(replication_stream(decoded_stream(spark, opts), pec_name, query_id), "dirstream-replication",
+                  checkpoint, writer, once, trigger)

@@ -45,8 +45,9 @@ class MapStateBackend:
 
 
 class ReplicationProcessor(StatefulProcessor):
-    def __init__(self, pec_name: str | None = None):
+    def __init__(self, pec_name: str | None = None, id_scope: str = ""):
         self.pec_name = pec_name
+        self.id_scope = id_scope            # the checkpoint's query id: outbound message ids per job
 
     def init(self, handle) -> None:
         self.handle = handle
@@ -75,7 +76,7 @@ class ReplicationProcessor(StatefulProcessor):
 
     def _finish(self, r: Replica):
         r.store.flush()
-        rows = step_rows(r, r.s.now_ms)
+        rows = step_rows(r, r.s.now_ms, self.id_scope)
         self.control.update((state_to_bytes(r.s),))
         for t in list(self.handle.listTimers()):
             self.handle.deleteTimer(t)
@@ -89,7 +90,7 @@ class ReplicationProcessor(StatefulProcessor):
         pass
 
 
-def replication_stream(decoded, pec_name: str | None = None):
+def replication_stream(decoded, pec_name: str | None = None, id_scope: str = ""):
     from pyspark.sql import functions as F
     return (decoded.filter("ok")
             .withColumn("arrival_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
@@ -97,7 +98,7 @@ def replication_stream(decoded, pec_name: str | None = None):
             .select("state_key", "arrival_ms", "arrival_time", "topic", "partition", "offset", "body",
                     "source_machine", "message_class", "destination_queue")
             .groupBy("state_key")
-            .transformWithStateInPandas(ReplicationProcessor(pec_name), OUTPUT_DDL, "Append", "EventTime"))
+            .transformWithStateInPandas(ReplicationProcessor(pec_name, id_scope), OUTPUT_DDL, "Append", "EventTime"))
 
 
 class ReplicationWriter(TableWriter):

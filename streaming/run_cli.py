@@ -38,6 +38,14 @@ def register(sub, add_kafka_arguments) -> None:
 
 
 def cmd_run(args) -> int:
+    try:
+        return _run(args)
+    except KeyboardInterrupt:                      # Ctrl-C while starting: nothing was processed yet
+        print("dirstream run: interrupted while starting", file=sys.stderr)
+        return 130
+
+
+def _run(args) -> int:
     import os
 
     from .job import build_spark, source_options, start_discovery_query, start_query, start_replication_query
@@ -77,7 +85,19 @@ def cmd_run(args) -> int:
     except (SourceError, SinkError, ValueError) as exc:
         print(f"dirstream run: {exc}", file=sys.stderr)
         return 2
-    return _supervise(queries, log)
+    rc = _supervise(queries, log)
+    # A terminal's Ctrl-C reaches the whole process group; PySpark's own SIGINT handling during
+    # interpreter shutdown could still turn a clean stop into death by SIGINT. The queries are
+    # stopped and every batch is committed: stop Spark and leave with our exit code.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        spark.stop()
+    except Exception:
+        pass
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)                                   # noqa: the queries and Spark are stopped
 
 
 def _ensure_topic(bootstrap: str, options: dict, topic: str) -> None:

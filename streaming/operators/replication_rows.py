@@ -82,11 +82,13 @@ def pending_rows(r: Replica) -> list:
         for (pid, seq), e in latest.items()]
 
 
-def outbound_rows(r: Replica, batch_ms: int) -> list:
+def outbound_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list:
+    """Message ids are uuid5 of (scope, server, running count): the same after a replay from the
+    checkpoint, and distinct between jobs whose scope (the checkpoint's query id) differs."""
     rows = []
     for o in r.out:
         r.s.messages_sent += 1
-        message_id = str(uuid.uuid5(OUTBOUND_NAMESPACE, f"{r.name.lower()}:{r.s.messages_sent}"))
+        message_id = str(uuid.uuid5(OUTBOUND_NAMESPACE, f"{id_scope}:{r.name.lower()}:{r.s.messages_sent}"))
         rows.append(("outbound_messages", outbound_row(r, o, message_id, batch_ms)))
     return rows
 
@@ -122,10 +124,10 @@ def detail(o: Outbound) -> dict:
     return {}
 
 
-def step_rows(r: Replica, batch_ms: int) -> list[tuple[str, dict]]:
+def step_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list[tuple[str, dict]]:
     """Every sink row one step produced; clears the step's collected changes."""
     touched, removed = r.store.take_changes()
     rows = (server_rows(r) + object_rows(r, touched, removed) + deleted_rows(r) + pending_rows(r)
-            + outbound_rows(r, batch_ms))
+            + outbound_rows(r, batch_ms, id_scope))
     r.out, r.pending_events, r.deleted_touched, r.ignored = [], [], {}, []
     return rows

@@ -1,0 +1,184 @@
+"""The replication operator end to end: simulated traffic on the real broker, `dirstream run`, the
+authority responder answering the job's sync requests through Kafka, `dirstream verify`."""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from conftest import consume_all, dirstream, simulate
+from producers.kafka import KafkaSettings
+from producers.responder import run_responder
+from streaming.envelope import decode_envelope
+from streaming.sinks import open_sink
+from streaming.topics import OUTBOUND_TOPIC, TOPICS
+
+
+class Responder:
+    """`dirstream produce respond` in a thread: the object authorities of the simulated enterprise."""
+
+    def __init__(self, bootstrap: str, truth_path: str):
+        self.stop = threading.Event()
+        self.stats = {}
+        self.thread = threading.Thread(target=self._run, args=(bootstrap, truth_path), daemon=True)
+        self.thread.start()
+
+    def _run(self, bootstrap, truth_path):
+        self.stats = run_responder(KafkaSettings(bootstrap), truth_path, outbound_topic=OUTBOUND_TOPIC,
+                                   raw_topic=TOPICS["mqdsrp"], stop=self.stop.is_set)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(30)
+
+
+def job(broker, sink, ckpt, *extra) -> subprocess.Popen:
+    import shutil
+    import sys
+    from pathlib import Path
+    exe = shutil.which("dirstream", path=str(Path(sys.executable).parent))
+    log = open(f"{ckpt}-{time.monotonic_ns()}.log", "w")     # a file: a long run's output would fill a pipe
+    proc = subprocess.Popen([exe, "run", "--bootstrap", broker, "--sink", sink, "--checkpoint", str(ckpt),
+                             "--master", "local[2]", "--trigger", "1s", "--pec-name", "pec0", *extra],
+                            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc.log_path = log.name
+    return proc
+
+
+def output(proc) -> str:
+    with open(proc.log_path) as fh:
+        return fh.read()
+
+
+def verify(truth_file, sink) -> subprocess.CompletedProcess:
+    return dirstream("verify", "--truth", str(truth_file), "--sink", sink, "--only", "replication")
+
+
+def wait_until_verified(truth_file, sink, proc, timeout=240) -> subprocess.CompletedProcess:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, output(proc)[-5000:]
+        started = "replication batch" in output(proc)          # this process has done work
+        done = verify(truth_file, sink) if started and _tables_exist(sink) else None
+        if done is not None and done.returncode == 0:
+            return done
+        time.sleep(3)
+    raise AssertionError(f"replicas did not converge within {timeout} s:\n{done.stdout[-3000:] if done else ''}")
+
+
+def _tables_exist(url: str) -> bool:
+    try:
+        s = open_sink(url)
+        try:
+            return bool(s.query("SELECT COUNT(*) AS n FROM replication_partitions")[0]["n"])
+        finally:
+            s.close()
+    except Exception:
+        return False
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)              # Ctrl-C: stops after the current batch
+    assert proc.wait(120) == 0, output(proc)[-5000:]
+
+
+def objects(url: str) -> list[dict]:
+    s = open_sink(url)
+    try:
+        return s.query("SELECT server, object_guid, partition_id, object_type, seq_number, deleted, properties "
+                       "FROM directory_objects ORDER BY server, object_guid")
+    finally:
+        s.close()
+
+
+def test_replicas_heal_through_the_responder_and_survive_sigkill(broker, tmp_path):
+    summary, truth = simulate(broker, tmp_path, "--seed", "3", "--count", "5000", "--reorder", "0.1", "--duplicate",
+                              "0.05", "--drop", "0.05", "--nack", "0.01", "--corrupt", "0.01")
+    truth_file = next(tmp_path.glob("truth-*.json"))
+    assert truth["dropped"] and truth["duplicates"]
+    responder = Responder(broker, str(truth_file))
+    try:
+        straight = f"sqlite:///{tmp_path}/straight.db"
+        proc = job(broker, straight, tmp_path / "c_straight")
+        done = wait_until_verified(truth_file, straight, proc)
+        stop(proc)
+        assert "20 replicas, 0 differences" in done.stdout
+
+        killed = f"sqlite:///{tmp_path}/killed.db"
+        proc = job(broker, killed, tmp_path / "c_killed", "--max-records", "300")
+        query_id = _wait_for_file(tmp_path / "c_killed" / "replication" / "dirstream-query-id")
+        _wait_for_batches(killed, query_id, 2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        proc = job(broker, killed, tmp_path / "c_killed", "--max-records", "300")
+        wait_until_verified(truth_file, killed, proc)
+        stop(proc)
+    finally:
+        responder.close()
+    assert objects(straight) == objects(killed)
+    assert responder.stats["sync_requests"] > 0
+
+    s = open_sink(straight)
+    out = s.query("SELECT message_id, operation, reason, destination, body FROM outbound_messages")
+    s.close()
+    kinds = {(r["operation"], r["reason"]) for r in out}
+    assert ("SyncRequest", "initial") in kinds and ("SyncRequest", "sync0") in kinds    # purged partitions
+    assert ("ChangeRequest", "forward") in kinds and ("ChangeReply", "reply") in kinds
+    # every outbound message is on the outbound topic, keyed by its destination, with its body
+    records = consume_all(broker, OUTBOUND_TOPIC)
+    published = {}
+    for rec in records:
+        env = decode_envelope(rec.value())
+        assert rec.key().decode() == env["destination_machine"]
+        published[env["message_id"]] = env
+    straight_ids = {r["message_id"] for r in out}
+    assert straight_ids <= set(published)
+    assert all(published[r["message_id"]]["body"].hex() == r["body"] for r in out)
+
+
+def _wait_for_file(path, timeout=120) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return path.read_text().strip()
+        time.sleep(0.3)
+    raise AssertionError(f"{path} did not appear")
+
+
+def _wait_for_batches(url: str, query_id: str, n: int, timeout=180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            s = open_sink(url)
+            got = s.query("SELECT COUNT(*) AS n FROM sink_batches WHERE query_id = ?", (query_id,))[0]["n"]
+            s.close()
+            if got >= n:
+                return
+        except Exception:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"fewer than {n} replication batches within {timeout} s")
+
+
+def test_verify_reports_every_difference(broker, tmp_path):
+    """`dirstream verify` fails and names the object when a replica differs from the truth."""
+    _, truth = simulate(broker, tmp_path, "--seed", "4", "--count", "1500")
+    truth_file = next(tmp_path.glob("truth-*.json"))
+    url = f"sqlite:///{tmp_path}/sink.db"
+    done = dirstream("run", "--bootstrap", broker, "--sink", url, "--checkpoint", str(tmp_path / "ckpt"), "--once",
+                     "--master", "local[2]", "--pec-name", "pec0", "--outbound-topic", "none", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert verify(truth_file, url).returncode == 0
+    s = open_sink(url)
+    victim = s.query("SELECT server, object_guid, properties FROM directory_objects WHERE object_type = 'queue' "
+                     "AND deleted = 0 LIMIT 1")[0]
+    props = json.loads(victim["properties"])
+    props["PROPID_Q_LABEL"] = "tampered"
+    with s.conn.raw:
+        s.conn.raw.execute("UPDATE directory_objects SET properties = ? WHERE server = ? AND object_guid = ?",
+                           (json.dumps(props), victim["server"], victim["object_guid"]))
+    s.close()
+    done = verify(truth_file, url)
+    assert done.returncode == 1
+    assert f"{victim['object_guid']} PROPID_Q_LABEL is 'tampered'" in done.stdout
