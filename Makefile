@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test bench bench-codecs clean
+.PHONY: setup run test bench bench-codecs bench-replication clean
 
 setup: $(VENV)/.installed
 
@@ -28,6 +28,10 @@ test: setup
 bench: setup
 	$(BIN)/python tests/bench/bench_codecs.py
 	$(BIN)/python tests/bench/bench_job.py
+	$(BIN)/python tests/bench/bench_replication.py
+
+bench-replication: setup
+	$(BIN)/python tests/bench/bench_replication.py
 
 bench-codecs: setup
 	$(BIN)/python tests/bench/bench_codecs.py

@@ -66,8 +66,8 @@ class ObjectStore:
         self.removed: dict[str, DirObject] = {}            # guid -> object as it was when removed
 
     # ------------------------------------------------------------ buckets
-    def _bucket(self, key: str) -> dict[str, tuple]:
-        b = bucket_of(key)
+    def _bucket(self, key: str, b: int | None = None) -> dict[str, tuple]:
+        b = bucket_of(key) if b is None else b
         bucket = self._loaded.get(b)
         if bucket is None:
             raw = self.backend.load(b)
@@ -76,12 +76,13 @@ class ObjectStore:
         return bucket
 
     def _write(self, key: str, value) -> None:
-        bucket = self._bucket(key)
+        b = bucket_of(key)
+        bucket = self._bucket(key, b)
         if value is None:
             bucket.pop(key, None)
         else:
             bucket[key] = value
-        self._dirty.add(bucket_of(key))
+        self._dirty.add(b)
 
     def flush(self) -> None:
         """Write every changed bucket back to the backend."""
@@ -95,9 +96,10 @@ class ObjectStore:
         t = self._bucket(guid).get(guid)
         return DirObject(*t) if t is not None else None
 
-    def put(self, obj: DirObject) -> None:
+    def put(self, obj: DirObject, index_path: bool = True) -> None:
+        """Store an object; index_path=False when its path name is already indexed (an update)."""
         self._write(obj.guid, obj.to_tuple())
-        if obj.path_name:
+        if index_path and obj.path_name:
             self._write("path:" + obj.path_name.lower(), obj.guid)
         self.touched[obj.guid] = obj
 

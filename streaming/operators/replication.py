@@ -395,7 +395,7 @@ class Replica:
             return None                               # MQDS_OBJECT_NOT_FOUND
         obj.properties.update(self._stored_properties(properties))
         obj.seq_number = seq
-        self.store.put(obj)
+        self.store.put(obj, index_path=False)
         return obj
 
     # ------------------------------------------------------------ 3.1.7.2.5 Handle Directory Create
@@ -620,7 +620,7 @@ class Replica:
         for obj in self.store.all_objects():       # MQDS Reset Directory Partition, operation 1
             if obj.partition_id == p.partition_id:
                 obj.seq_number = MIN_SEQ_NUMBER
-                self.store.put(obj)
+                self.store.put(obj, index_path=False)
         for d in self.s.deleted.values():
             if d.partition_id == p.partition_id:
                 d.seq_number = MIN_SEQ_NUMBER
