@@ -14,11 +14,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The main job on the embedded defaults: start the embedded broker, publish a simulated enterprise's
-# traffic (ground truth in var/truth.json), then run the job into var/dirstream.db until Ctrl-C.
+# traffic (ground truth in var/truth.json), start the authority responder in the background, then
+# run the job into var/dirstream.db until Ctrl-C.
 run: setup
 	$(BIN)/dirstream broker start
 	$(BIN)/dirstream produce simulate --count $(DEMO_MESSAGES) --truth var/truth.json
-	$(BIN)/dirstream run
+	$(BIN)/dirstream produce respond --truth var/truth.json > var/responder.log 2>&1 & \
+	  responder=$$!; trap 'kill $$responder 2>/dev/null' EXIT INT TERM; \
+	  $(BIN)/dirstream run --pec-name pec0
 
 DEMO_MESSAGES ?= 20000
 
