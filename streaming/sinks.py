@@ -92,6 +92,25 @@ OUTBOUND_MESSAGES = table("outbound_messages", [
     ("message_id", "text"), ("server", "text"), ("destination", "text"), ("operation", "text"), ("reason", "text"),
     ("partition_id", "text"), ("detail", "json"), ("body", "text"), ("sent_at", "timestamp")], ["message_id"])
 
+# MS-MQCN queue managers (streaming/notification_query.py)
+QUEUE_MANAGERS = table("queue_managers", [
+    ("machine_id", "text"), ("machine_name", "text"), ("quota", "bigint"), ("journal_quota", "bigint"),
+    ("security", "text"), ("updated_at", "timestamp")], ["machine_id"], mode="replace")
+QM_QUEUES = table("qm_queues", [
+    ("queue_manager", "text"), ("queue_guid", "text"), ("path_name", "text"), ("type", "text"), ("label", "text"),
+    ("base_priority", "bigint"), ("journal", "bigint"), ("quota", "bigint"), ("journal_quota", "bigint"),
+    ("create_time", "bigint"), ("modify_time", "bigint"), ("security", "text"), ("authenticate", "bigint"),
+    ("priv_level", "bigint"), ("transactional", "bigint"), ("scope", "bigint"), ("deleted", "bool"),
+    ("last_notification", "text"), ("updated_at", "timestamp")], ["queue_manager", "queue_guid"], mode="replace")
+NOTIFICATIONS = table("notifications", [
+    ("queue_manager", "text"), ("message_id", "text"), ("update_index", "bigint"), ("version", "bigint"),
+    ("action", "text"), ("object_guid", "text"), ("outcome", "text"), ("reason", "text"), ("batch", "bigint"),
+    ("arrival_at", "timestamp"), ("processed_at", "timestamp")], ["queue_manager", "message_id", "update_index"],
+    mode="replace")
+NOTIFICATION_BATCHES = table("notification_batches", [
+    ("queue_manager", "text"), ("batch", "bigint"), ("timer_started", "timestamp"), ("fired_at", "timestamp"),
+    ("count", "bigint"), ("refresh_all", "bool")], ["queue_manager", "batch"], mode="replace")
+
 _SQL_TYPES = {
     "sqlite": {"text": "TEXT", "bigint": "INTEGER", "double": "REAL", "bool": "INTEGER", "bytes": "BLOB",
                "timestamp": "TEXT", "json": "TEXT"},

@@ -3,7 +3,7 @@ import json
 
 from .sinks import open_sink
 
-CHECKS = ("discovery", "replication")
+CHECKS = ("discovery", "replication", "notifications")
 
 
 def register(sub) -> None:
@@ -140,4 +140,58 @@ def _deleted_diffs(where: str, expected: dict, got: dict) -> list[str]:
     return diffs
 
 
-CHECK_FUNCTIONS = {"discovery": check_discovery, "replication": check_replication}
+def check_notifications(truth: dict, sink) -> tuple[list[str], str]:
+    """Each queue manager's own attributes and QueueCollection (MS-MQCN 3.2.1)."""
+    return compare_notifications(truth, sink.query("SELECT * FROM queue_managers"),
+                                 sink.query("SELECT * FROM qm_queues"), sink.query("SELECT * FROM notifications"))
+
+
+# v1 updates change only these queue attributes (3.2.5.1: "All other PROPIDs ... MUST be ignored"),
+# so a v1 queue manager's label and modify time stay as created; v2 reads every listed attribute.
+V1_COMPARED = ("path_name", "type", "base_priority", "journal", "quota", "journal_quota", "create_time", "security",
+               "authenticate", "priv_level", "transactional")
+V2_COMPARED = V1_COMPARED + ("label", "modify_time")
+
+
+def compare_notifications(truth: dict, managers: list[dict], queues: list[dict], notifications: list[dict]):
+    from .operators.notification_rows import QUEUE_COLUMNS
+    diffs = []
+    by_id = {m["machine_id"]: m for m in managers}
+    live: dict[str, dict[str, dict]] = {}
+    for q in queues:
+        if not _bool(q["deleted"]):
+            live.setdefault(q["queue_manager"], {})[q["queue_guid"]] = q
+    for machine_id, exp in sorted(truth["queue_managers"].items()):
+        where = f"{exp['machine_name']} ({exp['notification_version']})"
+        got = by_id.get(machine_id)
+        if got is None:
+            diffs.append(f"{where}: missing queue manager")
+            continue
+        for attr in ("quota", "journal_quota", "security"):
+            if got[attr] != exp[attr]:
+                diffs.append(f"{where}: {attr} is {got[attr]!r}, expected {exp[attr]!r}")
+        compared = V2_COMPARED if exp["notification_version"] == "v2" else V1_COMPARED
+        mine = live.get(machine_id, {})
+        for guid, q in sorted(exp["queues"].items()):
+            row = mine.get(guid)
+            if row is None:
+                diffs.append(f"{where}: missing queue {guid} ({q['path_name']})")
+                continue
+            for name, col in QUEUE_COLUMNS.items():
+                if col in compared and row[col] != q["properties"].get(name):
+                    diffs.append(f"{where}: queue {guid} {col} is {row[col]!r}, expected {q['properties'].get(name)!r}")
+        for guid in sorted(set(mine) - set(exp["queues"])):
+            diffs.append(f"{where}: extra queue {guid} ({mine[guid]['path_name']})")
+    outcomes = {(n["message_id"]): n["outcome"] for n in notifications}
+    for d in truth.get("discarded_notifications", []):
+        if outcomes.get(d["message_id"]) != "discarded":
+            diffs.append(f"notification {d['message_id']} to {d['queue_manager']}: outcome "
+                         f"{outcomes.get(d['message_id'])}, expected discarded ({d['reason']})")
+    unresolved = [n for n in notifications if n["outcome"] == "unresolved"]
+    for n in unresolved:
+        diffs.append(f"notification {n['message_id']} ({n['action']} {n['object_guid']}) still unresolved")
+    return diffs, f"{len(truth['queue_managers'])} queue managers"
+
+
+CHECK_FUNCTIONS = {"discovery": check_discovery, "replication": check_replication,
+                   "notifications": check_notifications}

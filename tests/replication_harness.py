@@ -9,6 +9,9 @@ from datetime import datetime
 
 from producers.responder import Authorities
 from streaming.envelope import make_envelope
+from streaming.operators.notification_rows import directory_version
+from streaming.operators.notification_rows import step_rows as qm_rows
+from streaming.operators.notifications import QMState, QueueManager, Settings, notification_from, queue_manager_of
 from streaming.operators.replica_store import DictBackend, ObjectStore
 from streaming.operators.replication import Replica, ServerState
 from streaming.operators.replication_rows import step_rows
@@ -22,8 +25,13 @@ def arrival_ms(envelope: dict) -> int:
 
 
 class OfflineJob:
-    def __init__(self, truth: dict | None = None, pec_name: str | None = None):
+    def __init__(self, truth: dict | None = None, pec_name: str | None = None, cn_settings: Settings | None = None,
+                 watermark_delay_ms: int = 10_000):
         self.states: dict[str, tuple[ServerState, DictBackend]] = {}
+        self.qms: dict[str, QMState] = {}
+        self.cn_settings = cn_settings or Settings()
+        self.watermark_delay_ms = watermark_delay_ms
+        self.max_event_ms = 0
         self.tables: dict[str, dict[tuple, dict]] = {}
         self.authorities = Authorities(truth) if truth else None
         self.pec_name = pec_name
@@ -35,11 +43,17 @@ class OfflineJob:
         return Replica(state, ObjectStore(backend), self.pec_name)
 
     def feed(self, envelopes: list[dict]) -> None:
-        """One micro-batch: each server's messages in arrival order, one step per server."""
+        """One micro-batch: each server's messages in arrival order, one step per server; then each
+        queue manager's notifications; then the timers the watermark has passed."""
         by_server: dict[str, list[dict]] = {}
+        by_qm: dict[str, list[dict]] = {}
         for env in sorted(envelopes, key=arrival_ms):
+            self.max_event_ms = max(self.max_event_ms, arrival_ms(env))
             if env["protocol"].lower() == "mqdsrp":
                 by_server.setdefault(env["destination_machine"], []).append(env)
+            elif env["protocol"].lower() == "mqcn":
+                key = queue_manager_of(env["destination_queue"]) or env["destination_machine"]
+                by_qm.setdefault(key, []).append(env)
         for server, envs in by_server.items():
             r = self.replica(server)
             for env in envs:
@@ -51,6 +65,34 @@ class OfflineJob:
                           message_class=env["message_class"], destination_queue=env["destination_queue"],
                           body=env["body"])
             self._collect(r)
+        for key, envs in by_qm.items():
+            qm = self.queue_manager(key)
+            for env in envs:
+                try:
+                    msg = decode("mqcn", env["body"])
+                except WireError:
+                    continue
+                qm.receive(notification_from(msg, message_id=env["message_id"], arrival_ms=arrival_ms(env),
+                                             sender_identifier_type=env["sender_identifier_type"],
+                                             authentication_level=env["authentication_level"],
+                                             source=env["source_machine"]), env["destination_machine"])
+            self._collect_qm(qm)
+        self.fire_qm_timers(self.max_event_ms - self.watermark_delay_ms)
+
+    def queue_manager(self, key: str) -> QueueManager:
+        return QueueManager(self.qms.setdefault(key, QMState(key)), self.cn_settings)
+
+    def fire_qm_timers(self, watermark_ms: int) -> None:
+        for key in list(self.qms):
+            qm = self.queue_manager(key)
+            while qm.next_timer_ms() is not None and qm.next_timer_ms() <= watermark_ms:
+                qm.on_timer(qm.next_timer_ms())
+            self._collect_qm(qm)
+
+    def _collect_qm(self, qm: QueueManager) -> None:
+        for table, row in qm_rows(qm):
+            key = tuple(row[c] for c in TABLES[table].key)
+            self.tables.setdefault(table, {})[key] = row
 
     def fire_timers(self, now_ms: int) -> None:
         for server in list(self.states):
@@ -65,6 +107,13 @@ class OfflineJob:
         for table, row in step_rows(r, r.s.now_ms):
             key = tuple(row[c] for c in TABLES[table].key)
             self.tables.setdefault(table, {})[key] = row
+            if table == "directory_objects":
+                routed = directory_version(row)
+                if routed:
+                    owner, guid, version = routed
+                    qm = self.queue_manager(owner)
+                    qm.directory_object(guid, version)
+                    self._collect_qm(qm)
             if table == "outbound_messages":
                 self.outbound.append(row)
                 self._answer(row)

@@ -64,6 +64,8 @@ class ObjectStore:
         self._dirty: set[int] = set()
         self.touched: dict[str, DirObject | None] = {}     # guid -> object after this batch (None: removed)
         self.removed: dict[str, DirObject] = {}            # guid -> object as it was when removed
+        self.touched_at: dict[str, int] = {}               # guid -> event time of its last change
+        self.clock_ms = 0                                  # set by the replica: the event being processed
 
     # ------------------------------------------------------------ buckets
     def _bucket(self, key: str, b: int | None = None) -> dict[str, tuple]:
@@ -102,6 +104,7 @@ class ObjectStore:
         if index_path and obj.path_name:
             self._write("path:" + obj.path_name.lower(), obj.guid)
         self.touched[obj.guid] = obj
+        self.touched_at[obj.guid] = self.clock_ms
 
     def remove(self, guid: str) -> DirObject | None:
         obj = self.get(guid)
@@ -111,6 +114,7 @@ class ObjectStore:
         if obj.path_name and self.guid_for_path(obj.path_name) == guid:
             self._write("path:" + obj.path_name.lower(), None)
         self.touched[guid] = None
+        self.touched_at[guid] = self.clock_ms
         self.removed[guid] = obj
         return obj
 
@@ -127,7 +131,7 @@ class ObjectStore:
                 if not key.startswith("path:"):
                     yield DirObject(*value)
 
-    def take_changes(self) -> tuple[dict[str, DirObject | None], dict[str, DirObject]]:
-        touched, removed = self.touched, self.removed
-        self.touched, self.removed = {}, {}
-        return touched, removed
+    def take_changes(self) -> tuple[dict[str, DirObject | None], dict[str, DirObject], dict[str, int]]:
+        touched, removed, at = self.touched, self.removed, self.touched_at
+        self.touched, self.removed, self.touched_at = {}, {}, {}
+        return touched, removed, at

@@ -213,6 +213,7 @@ class Replica:
     def receive(self, msg: mqdsrp.ReplicationMessage, *, arrival_ms: int, source: str | None = None,
                 message_class: str = "Normal", destination_queue: str | None = None, body: bytes = b"") -> None:
         self.s.now_ms = max(self.s.now_ms, arrival_ms)
+        self.store.clock_ms = self.s.now_ms
         self.initialize(arrival_ms)
         op = msg.header.operation
         if message_class == "Normal":
@@ -633,6 +634,10 @@ class Replica:
             return
         for obj in list(self.store.all_objects()):   # MQDS Reset Directory Partition, operation 2
             if obj.partition_id == p.partition_id and obj.seq_number == MIN_SEQ_NUMBER:
+                # Gone from the authority, deleted at or below the purge horizon: the removal is
+                # recorded with that sequence number, so it orders after the object's last change.
+                obj.seq_number = p.purged_seq
+                self.store.put(obj, index_path=False)
                 self.store.remove(obj.guid)
         for identifier, d in list(self.s.deleted.items()):
             if d.partition_id == p.partition_id and d.seq_number == MIN_SEQ_NUMBER:
@@ -751,6 +756,7 @@ class Replica:
 
     def on_timer(self, now_ms: int) -> None:
         self.s.now_ms = max(self.s.now_ms, now_ms)
+        self.store.clock_ms = self.s.now_ms
         if self.s.bsc_ack_due_ms is not None and self.s.bsc_ack_due_ms <= now_ms:
             self._bsc_ack_timer(now_ms)
         for bsc in self.s.bsc_neighbors.values():

@@ -48,9 +48,13 @@ def server_rows(r: Replica) -> list[tuple[str, dict]]:
     return rows
 
 
-def object_rows(r: Replica, touched: dict[str, DirObject | None], removed: dict[str, DirObject]) -> list:
-    rows, now = [], ts(r.s.now_ms)
+def object_rows(r: Replica, touched: dict[str, DirObject | None], removed: dict[str, DirObject],
+                touched_at: dict[str, int]) -> list:
+    """updated_at is the event time of the object's last change (the MQCN operator reads the
+    directory "as of" a time from these rows)."""
+    rows = []
     for guid, obj in touched.items():
+        now = ts(touched_at.get(guid, r.s.now_ms))
         deleted = obj is None
         obj = obj or removed[guid]
         rows.append(("directory_objects", {
@@ -126,8 +130,8 @@ def detail(o: Outbound) -> dict:
 
 def step_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list[tuple[str, dict]]:
     """Every sink row one step produced; clears the step's collected changes."""
-    touched, removed = r.store.take_changes()
-    rows = (server_rows(r) + object_rows(r, touched, removed) + deleted_rows(r) + pending_rows(r)
+    touched, removed, touched_at = r.store.take_changes()
+    rows = (server_rows(r) + object_rows(r, touched, removed, touched_at) + deleted_rows(r) + pending_rows(r)
             + outbound_rows(r, batch_ms, id_scope))
     r.out, r.pending_events, r.deleted_touched, r.ignored = [], [], {}, []
     return rows
