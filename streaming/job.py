@@ -212,7 +212,8 @@ def start_discovery_query(spark, *, sink_url: str, checkpoint: str, source_opts:
 
 def start_replication_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
                             trigger: str = "2s", echo=print, pec_name: str | None = None,
-                            outbound_topic: str | None = None, kafka_conf: dict | None = None):
+                            outbound_topic: str | None = None, kafka_conf: dict | None = None,
+                            objects_topic: str | None = None):
     """The MQDSRP replication operator: its own query over the replication topic and checkpoint;
     what the servers send goes to outbound_messages and, if outbound_topic is set, to Kafka."""
     from .replication_query import ReplicationWriter, replication_stream
@@ -220,7 +221,22 @@ def start_replication_query(spark, *, sink_url: str, checkpoint: str, source_opt
     opts["topics"] = TOPICS["mqdsrp"]
     outbound = {"topic": outbound_topic, "kafka": kafka_conf or {}} if outbound_topic else None
     query_id = checkpoint_query_id(checkpoint)
-    writer = ReplicationWriter(sink_url, query_id, echo, outbound)
+    objects = {"topic": objects_topic, "kafka": kafka_conf or {}} if objects_topic else None
+    writer = ReplicationWriter(sink_url, query_id, echo, outbound, objects)
     open_sink(sink_url).close()
     return _start(replication_stream(decoded_stream(spark, opts), pec_name, query_id), "dirstream-replication",
                   checkpoint, writer, once, trigger)
+
+
+def start_notification_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, settings,
+                             once: bool = False, trigger: str = "2s", echo=print,
+                             objects_topic: str = "msmq.dsrp.objects"):
+    """The MQCN operator: notifications plus the replicas' directory objects, its own checkpoint."""
+    from .notification_query import NotificationWriter, notification_stream
+    traffic = {k: v for k, v in source_opts.items() if k not in ("topicPattern", "dataLossLog")}
+    traffic["topics"] = ",".join([TOPICS["mqcn"], TOPICS["mqsd"]])
+    objects = dict(traffic, topics=objects_topic)
+    writer = NotificationWriter(sink_url, checkpoint_query_id(checkpoint), echo)
+    open_sink(sink_url).close()
+    return _start(notification_stream(spark, traffic, objects, settings), "dirstream-notifications", checkpoint,
+                  writer, once, trigger)

@@ -108,20 +108,44 @@ class ReplicationWriter(TableWriter):
     crash between the commit and the publish is published again, with the same message ids
     (deterministic per server), so a consumer can drop repeats."""
 
-    def __init__(self, sink_url: str, query_id: str, echo=print, outbound: dict | None = None):
+    def __init__(self, sink_url: str, query_id: str, echo=print, outbound: dict | None = None,
+                 objects: dict | None = None):
         super().__init__(sink_url, query_id, echo, label="replication")
         self.outbound = outbound            # {"topic": ..., "kafka": {confluent settings}} or None
+        self.objects = objects              # the same for the directory objects the MQCN operator reads
         self._producer = None
 
+    def _kafka(self, conf: dict):
+        from confluent_kafka import Producer
+        if self._producer is None:
+            self._producer = Producer(conf)
+        return self._producer
+
     def after_write(self, rows: dict[str, list[dict]]) -> None:
-        messages = rows.get("outbound_messages") or []
+        self._publish_objects(rows.get("directory_objects") or [])
+        self._publish_outbound(rows.get("outbound_messages") or [])
+
+    def _publish_objects(self, objects: list[dict]) -> None:
+        """Queue and machine versions, keyed by the owning queue manager, for the MQCN operator."""
+        if not objects or not self.objects:
+            return
+        from .operators.notification_rows import directory_version
+        producer = self._kafka(self.objects["kafka"])
+        for row in objects:
+            plain = dict(row, updated_at=row["updated_at"].isoformat(timespec="milliseconds")
+                         if hasattr(row["updated_at"], "isoformat") else row["updated_at"])
+            routed = directory_version(plain)
+            if routed:
+                producer.produce(self.objects["topic"], json.dumps(plain, default=str).encode(), routed[0].encode())
+                producer.poll(0)
+        if producer.flush(30):
+            raise RuntimeError(f"directory objects not confirmed by Kafka within 30 s ({self.objects['topic']})")
+
+    def _publish_outbound(self, messages: list[dict]) -> None:
         if not messages or not self.outbound:
             return
-        from confluent_kafka import Producer
-
         from .envelope import encode_envelope, make_envelope
-        if self._producer is None:
-            self._producer = Producer(self.outbound["kafka"])
+        self._kafka(self.outbound["kafka"])
         for m in messages:
             env = make_envelope("mqdsrp", bytes.fromhex(m["body"]), source_machine=m["server"],
                                 destination_machine=m["destination"],

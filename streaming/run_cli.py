@@ -32,6 +32,14 @@ def register(sub, add_kafka_arguments) -> None:
                                         "default: learnt from the traffic")
     run.add_argument("--outbound-topic", default=OUTBOUND_TOPIC,
                      help=f"topic for what the replicas send (default {OUTBOUND_TOPIC}); 'none' to only record it")
+    cn = run.add_argument_group("MQCN notification batching (product behaviour notes <3>, <14>)")
+    cn.add_argument("--cn-mode", choices=["batched", "immediate"], default="batched",
+                    help="batched (Windows XP and later, default) or immediate (NT 4 / Windows 2000)")
+    cn.add_argument("--cn-first-wait", default="1m", help="timer after a quiet period (default 1m)")
+    cn.add_argument("--cn-window", default="15m", help="timer after the last processing (default 15m)")
+    cn.add_argument("--cn-quiet", default="14m", help="quiet period that counts as idle (default 14m)")
+    cn.add_argument("--cn-refresh-threshold", type=int, default=100,
+                    help="notifications in one window that trigger a refresh of every queue (default 100)")
     run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                      help="extra Spark setting; repeatable")
     run.set_defaults(func=cmd_run)
@@ -48,7 +56,9 @@ def cmd_run(args) -> int:
 def _run(args) -> int:
     import os
 
-    from .job import build_spark, source_options, start_discovery_query, start_query, start_replication_query
+    from .job import (build_spark, source_options, start_discovery_query, start_notification_query, start_query,
+                      start_replication_query)
+    from .notification_query import OBJECTS_TOPIC
     from .kafka_offsets import SourceError
     from .sinks import SinkError
 
@@ -78,10 +88,16 @@ def _run(args) -> int:
             outbound = None if args.outbound_topic.lower() == "none" else args.outbound_topic
             if outbound:
                 _ensure_topic(args.bootstrap, settings_options, outbound)
+            _ensure_topic(args.bootstrap, settings_options, OBJECTS_TOPIC)
             queries.append(start_replication_query(
                 spark, sink_url=args.sink, checkpoint=os.path.join(args.checkpoint, "replication"),
                 source_opts=opts, once=args.once, trigger=args.trigger, echo=echo, pec_name=args.pec_name,
-                outbound_topic=outbound, kafka_conf={"bootstrap.servers": args.bootstrap, **settings_options}))
+                outbound_topic=outbound, kafka_conf={"bootstrap.servers": args.bootstrap, **settings_options},
+                objects_topic=OBJECTS_TOPIC))
+            queries.append(start_notification_query(
+                spark, sink_url=args.sink, checkpoint=os.path.join(args.checkpoint, "notifications"),
+                source_opts=opts, settings=cn_settings(args), once=args.once, trigger=args.trigger, echo=echo,
+                objects_topic=OBJECTS_TOPIC))
     except (SourceError, SinkError, ValueError) as exc:
         print(f"dirstream run: {exc}", file=sys.stderr)
         return 2
@@ -98,6 +114,22 @@ def _run(args) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)                                   # noqa: the queries and Spark are stopped
+
+
+def cn_settings(args):
+    from .operators.notifications import Settings
+    return Settings(args.cn_mode, parse_duration_ms(args.cn_quiet), parse_duration_ms(args.cn_first_wait),
+                    parse_duration_ms(args.cn_window), args.cn_refresh_threshold)
+
+
+def parse_duration_ms(text: str) -> int:
+    """500ms, 30s, 1m, 15m, 1h -> milliseconds."""
+    units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+    for suffix in ("ms", "s", "m", "h"):
+        number = text[: -len(suffix)]
+        if text.endswith(suffix) and number.replace(".", "", 1).isdigit():
+            return int(float(number) * units[suffix])
+    raise ValueError(f"a duration is like 500ms, 30s, 1m or 1h, got {text!r}")
 
 
 def _ensure_topic(bootstrap: str, options: dict, topic: str) -> None:

@@ -85,8 +85,7 @@ class OfflineJob:
     def fire_qm_timers(self, watermark_ms: int) -> None:
         for key in list(self.qms):
             qm = self.queue_manager(key)
-            while qm.next_timer_ms() is not None and qm.next_timer_ms() <= watermark_ms:
-                qm.on_timer(qm.next_timer_ms())
+            qm.on_timer(watermark_ms)
             self._collect_qm(qm)
 
     def _collect_qm(self, qm: QueueManager) -> None:

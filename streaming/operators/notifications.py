@@ -170,10 +170,19 @@ class QueueManager:
         return self.s.timer_ms
 
     def on_timer(self, now_ms: int) -> None:
-        if self.s.timer_ms is None or now_ms < self.s.timer_ms:
-            return
-        fired = self.s.timer_ms
-        pending, self.s.pending = self.s.pending, []
+        """Fire every timer due by now_ms, in event-time order. A batch holds the notifications that
+        arrived before its timer fired; later ones (a micro-batch can bring them together) start the
+        next window as if they had arrived after it."""
+        while self.s.timer_ms is not None and self.s.timer_ms <= now_ms:
+            fired = self.s.timer_ms
+            due = [n for n in self.s.pending if n.arrival_ms <= fired]
+            later = [n for n in self.s.pending if n.arrival_ms > fired]
+            self._fire(fired, due)
+            self.s.pending = []
+            for n in sorted(later, key=lambda m: m.arrival_ms):
+                self.receive(n)
+
+    def _fire(self, fired: int, pending: list[Notification]) -> None:
         self.s.batches += 1
         batch = self.s.batches
         refresh = len(pending) >= self.settings.refresh_threshold

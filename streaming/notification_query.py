@@ -1,0 +1,114 @@
+"""MQCN change notifications as a stateful streaming operator: transformWithStateInPandas keyed by
+the queue manager (the GUID in its NOTIFY_QUEUE_PRIVATE), driven by the sans-IO queue manager in
+streaming/operators/notifications.py.
+
+Inputs: the notifications (msmq.cn.raw) and the directory as the MQDSRP replicas hold it
+(msmq.dsrp.objects: the replication operator's queue and machine rows, keyed by the owning queue
+manager). The event-time clock is the arrival time of all traffic (msmq.sd.raw is read for its
+time only), so the batching timers fire while the directory is quiet; the timers' durations and the
+refresh threshold are settings.
+"""
+import json
+import pickle
+
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from .discovery_query import OUTPUT_DDL, TableWriter
+from .operators.notification_rows import directory_version, step_rows
+from .operators.notifications import QMState, QueueManager, Settings, notification_from
+from .wire import decode
+
+WATERMARK_DELAY = "10 seconds"
+OBJECTS_TOPIC = "msmq.dsrp.objects"
+CLOCK_KEY = "~clock"
+
+
+class NotificationProcessor(StatefulProcessor):
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    def init(self, handle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("queue_manager", StructType([StructField("state", BinaryType())]))
+
+    def _load(self, key: str) -> QueueManager:
+        st = pickle.loads(bytes(self.state.get()[0])) if self.state.exists() else QMState(key)
+        return QueueManager(st, self.settings)
+
+    def handleInputRows(self, key, rows, timerValues):
+        if key[0] == CLOCK_KEY:
+            return                          # MQSD rows: they only moved the event-time clock
+        qm = self._load(key[0])
+        frame = pd.concat(list(rows)).sort_values(["event_ms", "kind", "topic", "partition", "offset"])
+        for row in frame.itertuples(index=False):
+            if row.kind == "directory":
+                routed = directory_version(json.loads(bytes(row.body)))
+                if routed:
+                    qm.directory_object(routed[1], routed[2])
+            else:
+                msg = decode("mqcn", bytes(row.body))
+                qm.receive(notification_from(msg, message_id=row.message_id, arrival_ms=int(row.event_ms),
+                                             sender_identifier_type=row.sender_identifier_type,
+                                             authentication_level=row.authentication_level,
+                                             source=row.source_machine), row.destination_machine)
+        yield from self._finish(qm)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        qm = self._load(key[0])
+        # every timer due by the watermark, in order: one fired timer may arm another already due
+        qm.on_timer(max(expiredTimerInfo.getExpiryTimeInMs(), timerValues.getCurrentWatermarkInMs()))
+        yield from self._finish(qm)
+
+    def _finish(self, qm: QueueManager):
+        rows = step_rows(qm)
+        self.state.update((pickle.dumps(qm.s, protocol=5),))
+        for t in list(self.handle.listTimers()):
+            self.handle.deleteTimer(t)
+        if qm.next_timer_ms() is not None:
+            self.handle.registerTimer(qm.next_timer_ms())
+        if rows:
+            yield pd.DataFrame([(t, json.dumps(p, default=str)) for t, p in rows], columns=["table_name", "payload"])
+
+    def close(self) -> None:
+        pass
+
+
+COLUMNS = ["qm_key", "event_time", "event_ms", "kind", "topic", "partition", "offset", "body", "message_id",
+           "sender_identifier_type", "authentication_level", "source_machine", "destination_machine"]
+
+
+def notification_stream(spark, traffic_opts: dict, objects_opts: dict, settings: Settings):
+    from pyspark.sql import functions as F
+
+    from .job import decoded_stream
+    traffic = (decoded_stream(spark, traffic_opts).filter("ok")
+               .withColumn("qm_key", F.coalesce(
+                   F.nullif(F.lower(F.regexp_extract("destination_queue", r"(?i)^PRIVATE=\{?([0-9a-f-]{36})", 1)),
+                            F.lit("")), F.col("destination_machine")))
+               .withColumn("event_time", F.col("arrival_time"))
+               .withColumn("kind", F.col("protocol")))
+    objects = (spark.readStream.format("msmq_kafka").options(**objects_opts).load()
+               .withColumn("qm_key", F.col("key").cast("string"))
+               .withColumn("event_time", F.to_timestamp(F.get_json_object(F.col("value").cast("string"),
+                                                                          "$.updated_at")))
+               .withColumn("kind", F.lit("directory")).withColumn("body", F.col("value"))
+               .withColumn("message_id", F.lit(None).cast("string"))
+               .withColumn("sender_identifier_type", F.lit(None).cast("string"))
+               .withColumn("authentication_level", F.lit(None).cast("string"))
+               .withColumn("source_machine", F.lit(None).cast("string"))
+               .withColumn("destination_machine", F.lit(None).cast("string")))
+    with_ms = lambda df: df.withColumn("event_ms", (F.unix_micros("event_time") / 1000).cast("long"))  # noqa: E731
+    union = with_ms(traffic).select(*COLUMNS).unionByName(with_ms(objects).select(*COLUMNS))
+    # MQSD rows only move the clock. They are not filtered out here: a filter would be pushed below
+    # the watermark and they would no longer count; they all go to one key that ignores them.
+    clocked = union.withColumn("qm_key", F.when(F.col("kind") == "mqsd", F.lit(CLOCK_KEY)).otherwise(F.col("qm_key")))
+    return (clocked.withWatermark("event_time", WATERMARK_DELAY)
+            .groupBy("qm_key")
+            .transformWithStateInPandas(NotificationProcessor(settings), OUTPUT_DDL, "Append", "EventTime"))
+
+
+class NotificationWriter(TableWriter):
+    def __init__(self, sink_url: str, query_id: str, echo=print):
+        super().__init__(sink_url, query_id, echo, label="notifications")
