@@ -8,14 +8,14 @@ import pytest
 
 from producers.simulator import Faults, Simulator
 from replication_harness import OfflineJob
-from streaming.verify import compare_replication
+from streaming.verify import compare_notifications, compare_replication
 from streaming.wire.seqnum import seq_from_hex
 
 
 @functools.lru_cache(maxsize=None)
-def run(seed: int, count: int, reorder=0.0, duplicate=0.0, drop=0.0, nack=0.0, corrupt=0.0):
+def run(seed: int, count: int, reorder=0.0, duplicate=0.0, drop=0.0, nack=0.0, corrupt=0.0, unauthenticated=0.0):
     sim = Simulator(seed=seed, faults=Faults(reorder=reorder, duplicate=duplicate, drop=drop, nack=nack,
-                                             corrupt=corrupt))
+                                             corrupt=corrupt, unauthenticated=unauthenticated))
     return [m.envelope for m in sim.messages(count)], sim.truth()
 
 
@@ -78,3 +78,44 @@ def test_change_requests_are_forwarded_and_their_replies_relayed():
     assert forwards and replies
     assert all(r["detail"]["status"] == "MQ_OK" for r in replies)
     assert {r["destination"] for r in replies} <= {s for s, i in truth["servers"].items() if i["role"] == "BSC"}
+
+
+# ---------------------------------------------------------------- MQCN against the same truth
+def notification_differences(job: OfflineJob, truth: dict) -> list[str]:
+    job.fire_qm_timers(job.max_event_ms + 3_600_000)       # the quiet hour after the run
+    diffs, _ = compare_notifications(truth, job.rows("queue_managers"), job.rows("qm_queues"),
+                                     job.rows("notifications"))
+    return diffs
+
+
+@pytest.mark.parametrize("batch, drop", [(700, 0.05), (100_000, 0.0)])
+def test_queue_managers_end_with_their_queues_whatever_the_micro_batches(batch, drop):
+    """One micro-batch with the whole history is left without drops: a replica that stalls at a gap
+    shows the healed objects only from its sync reply's time, after the queue managers' last window
+    (README, MQCN operator: limits)."""
+    envelopes, truth = run(3, 5000, reorder=0.1, drop=drop, unauthenticated=0.05)
+    assert truth["discarded_notifications"]
+    assert {qm["notification_version"] for qm in truth["queue_managers"].values()} == {"v1", "v2"}
+    job = OfflineJob(truth, pec_name="pec0")
+    feed(job, envelopes, batch)
+    assert notification_differences(job, truth) == []
+    batches = job.rows("notification_batches")
+    assert any(b["refresh_all"] for b in batches) and any(not b["refresh_all"] for b in batches)
+    outcomes = {r["outcome"] for r in job.rows("notifications")}
+    assert {"applied", "discarded", "superseded-by-refresh"} <= outcomes
+    existing = {g for qm in truth["queue_managers"].values() for g in qm["queues"]}
+    assert not [r for r in job.rows("notifications") if r["outcome"] == "unresolved" and r["object_guid"] in existing]
+
+
+def test_a_quiet_directory_processes_each_notification_after_one_minute():
+    envelopes, truth = run(8, 2500)
+    job = OfflineJob(truth, pec_name="pec0")
+    feed(job, envelopes, 1000)
+    assert notification_differences(job, truth) == []
+    first = {}
+    for b in sorted(job.rows("notification_batches"), key=lambda b: b["fired_at"]):
+        first.setdefault(b["queue_manager"], b)
+    for b in first.values():             # each queue manager's first window: one minute after it started
+        from datetime import datetime
+        started, fired = (datetime.fromisoformat(b[k]) for k in ("timer_started", "fired_at"))
+        assert (fired - started).total_seconds() == 60

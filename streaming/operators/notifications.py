@@ -282,6 +282,10 @@ class QueueManager:
         self._record(n, i, action, guid, "applied", None, batch, now)
 
     def _delete(self, n, i, guid, now, batch, action) -> None:
+        for message_id, arrival, event, b in self.s.unresolved.pop(guid, []):
+            # the queue is gone before any replica showed it: nothing left to read
+            self.outcomes.append(Outcome(message_id, 0, 2, V2_EVENTS.get(event, event), guid, "ignored",
+                                         "the queue was deleted before any replica held it", b, arrival, now))
         q = self.s.queues.get(guid)
         if q is None:
             q = self.s.queues[guid] = QueueRecord({"PROPID_Q_INSTANCE": guid})
@@ -297,12 +301,6 @@ class QueueManager:
         elif n.event in ("1", "2", "4"):
             if self._read_into(n.object_guid, now, n.message_id, n.event):
                 self._record(n, 0, action, n.object_guid, "applied", None, batch, now)
-                return
-            later = self._first_after(n.object_guid, now)
-            if later is not None:               # it appeared after the read: that is its first state
-                self._read_into(n.object_guid, later.event_ms, n.message_id, n.event, exact=later)
-                self._record(n, 0, action, n.object_guid, "applied", "resolved when the object appeared in a "
-                             "replica", batch, later.event_ms)
                 return
             self.s.unresolved.setdefault(n.object_guid, []).append((n.message_id, n.arrival_ms, n.event, batch))
             self._record(n, 0, action, n.object_guid, "unresolved", "no replica holds the object yet: "
@@ -334,7 +332,10 @@ class QueueManager:
 
     def read(self, guid: str, as_of_ms: int) -> Version | None:
         """The directory as of a time: of the versions the replicas had by then, the one with the highest
-        sequence number (the most recent change; a deletion carries its own sequence number)."""
+        sequence number (the most recent change; a deletion carries its own sequence number). A read
+        that finds none takes the first version after it: a micro-batch of the replication operator
+        reports only an object's last version, so the one that existed at the read may be folded
+        into a later one."""
         seen = [v for v in self.s.directory.get(guid, []) if v.event_ms <= as_of_ms]
         return max(seen, key=lambda v: (v.seq_number, v.event_ms)) if seen else None
 
@@ -343,7 +344,7 @@ class QueueManager:
         return min(later, key=lambda v: (v.event_ms, v.seq_number)) if later else None
 
     def _read_into(self, guid: str, now: int, message_id: str | None, event: str, exact: Version | None = None) -> bool:
-        v = exact or self.read(guid, now)
+        v = exact or self.read(guid, now) or self._first_after(guid, now)
         if v is None:
             return False
         if event == "4" or v.object_type == "machine":
@@ -387,7 +388,7 @@ class QueueManager:
     def refresh_all(self, now: int) -> None:
         """Note <14>: "refreshes all public queues" the queue manager owns, from the directory."""
         for guid in sorted(self.s.directory):
-            v = self.read(guid, now)
+            v = self.read(guid, now) or self._first_after(guid, now)
             if v is not None and v.object_type == "queue":
                 self._apply_queue(guid, v, now, None)
             elif v is not None and guid == self.s.machine_id:
