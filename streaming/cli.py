@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_run(sub, add_kafka_arguments)
     from .verify import register as register_verify
     register_verify(sub)
+    from .dashboard import register as register_dashboard
+    register_dashboard(sub)
     return parser
 
 

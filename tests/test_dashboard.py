@@ -1,0 +1,164 @@
+"""`dirstream dashboard` in a real browser (Debian's headless Chromium through chromedriver) over a
+sink filled by a real simulated run: every page, the figures it shows against the sink's rows,
+screenshots in the test's folder."""
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import dirstream, free_port, simulate
+from streaming.sinks import open_sink
+from test_replication_job import job, output, stop
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+@pytest.fixture
+def browser():
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.fail("the dashboard test needs Debian's chromium and chromium-driver (.ci/run installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1100"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def serve(sink: str, tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    exe = shutil.which("dirstream", path=str(Path(sys.executable).parent))
+    port = free_port()
+    log = open(tmp_path / f"dashboard-{port}.log", "w")
+    proc = subprocess.Popen([exe, "dashboard", "--sink", sink, "--port", str(port), "--refresh", "2"], stdout=log,
+                            stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(base + "/pipeline", timeout=2)
+            return proc, base
+        except OSError:
+            assert proc.poll() is None, (tmp_path / f"dashboard-{port}.log").read_text()
+            time.sleep(0.3)
+    raise AssertionError("the dashboard did not answer within 60 s")
+
+
+def text_of(driver, ident: str, timeout: float = 30) -> str:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+    return WebDriverWait(driver, timeout).until(EC.presence_of_element_located((By.ID, ident))).text
+
+
+def visit(driver, base: str, page: str, tmp_path: Path, ready: str) -> None:
+    driver.get(f"{base}/{page}")
+    text_of(driver, ready)
+    time.sleep(1.0)                                   # let the graphs draw before the screenshot
+    driver.save_screenshot(str(tmp_path / f"{page}.png"))
+
+
+def one(sink, sql: str, params=()):
+    return sink.query(sql, params)[0]["n"]
+
+
+def test_every_page_shows_the_sink(broker, tmp_path, browser):
+    from selenium.webdriver.common.by import By
+    _, truth = simulate(broker, tmp_path, "--seed", "6", "--count", "3000", "--corrupt", "0.01",
+                        "--unauthenticated", "0.05")
+    truth_file = next(tmp_path.glob("truth-*.json"))
+    url = f"sqlite:///{tmp_path}/sink.db"
+    proc = job(broker, url, tmp_path / "ckpt")
+    deadline = time.monotonic() + 240
+    while True:                                       # until the operators have caught up with the truth
+        assert proc.poll() is None, output(proc)[-5000:]
+        done = dirstream("verify", "--truth", str(truth_file), "--sink", url) \
+            if "notifications batch" in output(proc) else None
+        if done is not None and done.returncode == 0:
+            break
+        assert time.monotonic() < deadline, done.stdout[-3000:] if done else output(proc)[-3000:]
+        time.sleep(3)
+    stop(proc)
+
+    sink = open_sink(url)
+    server, base = serve(url, tmp_path)
+    try:
+        visit(browser, base, "pipeline", tmp_path, "pipeline-batches")
+        assert int(text_of(browser, "pipeline-batches")) == one(sink, "SELECT COUNT(*) AS n FROM pipeline_progress")
+        assert int(text_of(browser, "pipeline-dead-letters")) == one(sink, "SELECT COUNT(*) AS n FROM dead_letters") > 0
+        assert int(text_of(browser, "pipeline-input-rows")) == one(
+            sink, "SELECT SUM(input_rows) AS n FROM pipeline_progress")
+        raw = sink.query("SELECT raw_value FROM dead_letters ORDER BY recorded_at DESC, kafka_offset DESC LIMIT 1")
+        assert bytes(raw[0]["raw_value"])[:8].hex(" ") in text_of(browser, "dead-letters-table")
+
+        visit(browser, base, "replication", tmp_path, "replication-grid")
+        parts = sink.query("SELECT * FROM replication_partitions")
+        assert int(text_of(browser, "replication-replicas")) == len(parts)
+        cells = browser.find_elements(By.CLASS_NAME, "replica-cell")
+        assert len(cells) == len(parts)
+        healths = [c.find_element(By.CLASS_NAME, "health").text for c in cells]
+        assert healths.count("own partition") == sum(1 for p in parts if p["owned"])
+        assert set(healths) <= {"in sync", "own partition", "pending changes", "initial sync outstanding"}
+        first = sorted(parts, key=lambda p: (p["server"], p["partition_id"]))[0]
+        assert text_of(browser, "drill-outbound-count").endswith(str(one(
+            sink, "SELECT COUNT(*) AS n FROM outbound_messages WHERE server = ? AND operation IN "
+                  "('SyncRequest', 'PSCAck', 'BSCAck')", (first["server"],))))
+
+        visit(browser, base, "directory", tmp_path, "dir-count")
+        servers = sorted(r["server"] for r in sink.query("SELECT DISTINCT server FROM directory_objects"))
+        assert text_of(browser, "dir-count") == f"{one(sink, 'SELECT COUNT(*) AS n FROM directory_objects WHERE server = ? AND deleted = 0', (servers[0],))} objects"
+        pid = sorted(r["partition_id"] for r in sink.query("SELECT DISTINCT partition_id FROM directory_objects"))[0]
+        sides = [{r["object_guid"]: (r["seq_number"], r["properties"]) for r in sink.query(
+            "SELECT * FROM directory_objects WHERE server = ? AND partition_id = ? AND deleted = 0", (s, pid))}
+            for s in (servers[0], servers[-1])]
+        differing = [g for g in set(sides[0]) | set(sides[1]) if sides[0].get(g) != sides[1].get(g)]
+        assert text_of(browser, "diff-count") == f"{len(differing)} differences"
+
+        visit(browser, base, "notifications", tmp_path, "qm-batches")
+        assert int(text_of(browser, "notifications-applied")) == one(
+            sink, "SELECT COUNT(*) AS n FROM notifications WHERE outcome = 'applied'")
+        assert int(text_of(browser, "notifications-discarded")) == one(
+            sink, "SELECT COUNT(*) AS n FROM notifications WHERE outcome = 'discarded'") > 0
+        managers = sink.query("SELECT * FROM queue_managers")
+        managers.sort(key=lambda m: (m["machine_name"] is None, m["machine_name"] or "", m["machine_id"]))
+        assert int(text_of(browser, "qm-batches")) == one(
+            sink, "SELECT COUNT(*) AS n FROM notification_batches WHERE queue_manager = ?", (managers[0]["machine_id"],))
+
+        visit(browser, base, "discovery", tmp_path, "discovery-requests")
+        assert int(text_of(browser, "discovery-requests")) == one(sink, "SELECT COUNT(*) AS n FROM discovery_requests")
+        assert browser.find_elements(By.ID, "site-topology")
+        assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(
+            f"{p}.png" for p in ("pipeline", "replication", "directory", "notifications", "discovery"))
+    finally:
+        server.terminate()
+        server.wait(10)
+        sink.close()
+
+
+def test_empty_tables_explain_how_to_fill_them(tmp_path, browser):
+    url = f"sqlite:///{tmp_path}/empty.db"
+    open_sink(url).close()                           # the job's tables, all empty
+    server, base = serve(url, tmp_path)
+    try:
+        for page, ident in (("pipeline", "empty-pipeline_progress"), ("replication", "empty-replication_partitions"),
+                            ("directory", "empty-directory_objects"), ("notifications", "empty-notifications"),
+                            ("discovery", "empty-discovery_requests")):
+            browser.get(f"{base}/{page}")
+            assert "run" in text_of(browser, ident).lower() or "fills" in text_of(browser, ident)
+            browser.save_screenshot(str(tmp_path / f"empty-{page}.png"))
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_a_sink_that_cannot_be_opened_is_reported(tmp_path):
+    done = dirstream("dashboard", "--sink", f"sqlite:///{tmp_path}/missing/nothing.db", timeout=60)
+    assert done.returncode == 2 and "cannot open the SQLite sink" in done.stderr
+    done = dirstream("dashboard", "--sink", "postgresql://nobody@127.0.0.1:1/none", timeout=60)
+    assert done.returncode == 2 and "cannot open the PostgreSQL sink" in done.stderr
