@@ -8,6 +8,7 @@ import random
 import uuid
 from dataclasses import dataclass, field
 
+from streaming.operators.replication import DeletedObject  # noqa: F401  (3.1.1.2.2; re-exported)
 from streaming.wire.guid import GUID_NULL
 from streaming.wire.properties import Property
 from streaming.wire.propids import propid
@@ -49,15 +50,6 @@ class DirObject:
 
     def property_list(self) -> list[Property]:
         return [Property(k, v) for k, v in self.properties.items()]
-
-
-@dataclass
-class DeletedObject:
-    identifier: str
-    partition_id: str
-    seq_number: int
-    object_type: int
-    scope: int
 
 
 @dataclass

@@ -184,16 +184,24 @@ def _job(broker, sink, ckpt, *extra) -> subprocess.Popen:
     import sys
     from pathlib import Path
     exe = shutil.which("dirstream", path=str(Path(sys.executable).parent))
-    return subprocess.Popen([exe, "run", "--bootstrap", broker, "--sink", sink, "--checkpoint", str(ckpt),
-                             "--master", "local[2]", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    log = open(f"{ckpt}-{time.monotonic_ns()}.log", "w")     # a file: the job's output would fill a pipe
+    proc = subprocess.Popen([exe, "run", "--bootstrap", broker, "--sink", sink, "--checkpoint", str(ckpt),
+                             "--master", "local[2]", *extra], stdout=log, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
+    proc.log_path = log.name
+    return proc
+
+
+def _output(proc) -> str:
+    with open(proc.log_path) as fh:
+        return fh.read()[-5000:]
 
 
 def test_sigkill_and_restart_gives_the_uninterrupted_result(broker, tmp_path):
     summary, _ = simulate(broker, tmp_path, "--seed", "13", "--count", "20000", "--corrupt", "0.01")
     straight = f"sqlite:///{tmp_path}/straight.db"
     done = _job(broker, straight, tmp_path / "c_straight", "--once")
-    assert done.wait(600) == 0, done.stdout.read()
+    assert done.wait(600) == 0, _output(done)
     killed = f"sqlite:///{tmp_path}/killed.db"
     kills = 0
     for _ in range(3):
@@ -207,7 +215,7 @@ def test_sigkill_and_restart_gives_the_uninterrupted_result(broker, tmp_path):
         proc.wait(30)
         kills += 1
     final = _job(broker, killed, tmp_path / "c_killed", "--once")
-    assert final.wait(600) == 0, final.stdout.read()
+    assert final.wait(600) == 0, _output(final)
     assert kills == 3
     a, b = _dump(straight), _dump(killed)
     assert a["dead_letters"] == b["dead_letters"] and a["raw_messages_seen"] == b["raw_messages_seen"]
