@@ -507,3 +507,16 @@ def test_object_store_keeps_objects_across_steps(n):
     s.send(propagation([create_queue(i, i) for i in range(1, n + 1)]))
     assert [s.obj(i).seq_number for i in (1, n)] == [1, n]
     assert s.replica().store.guid_for_path(f"QM\\Q{n}") == queue_guid(n)        # path names: case-insensitive
+
+
+def test_a_long_collection_goes_to_the_bsc_in_several_messages():
+    from streaming.operators.replication import PROPAGATION_CHUNK
+    s = Server("psc1", role="PSC")
+    s.send(mqdsrp.new_message(SITE, mqdsrp.BSCAckMessage(queue_guid(99), "bsc1")), source="bsc1")
+    n = PROPAGATION_CHUNK * 2 + 5
+    s.send(propagation([create_queue(i, i, pid=OTHER_SITE) for i in range(1, n + 1)], site=OTHER_SITE), source="psc2")
+    out = s.timer(s.replica().next_timer_ms()).out
+    sizes = [len(o.message.directory_changes) for o in out if o.reason == "propagation"]
+    assert sizes == [PROPAGATION_CHUNK, PROPAGATION_CHUNK, 5]
+    seqs = [c.seq_number for o in out for c in o.message.directory_changes]
+    assert seqs == list(range(1, n + 1))

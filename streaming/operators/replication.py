@@ -52,6 +52,7 @@ BSC_ACK_FIRST_MS, BSC_ACK_MS = 5_000, 12 * 3_600_000        # BSC Ack Timer, not
 INTRASITE_MS = 2_000                                         # Change Propagation Timer to a BSC, note <3>
 CHANGE_WAIT_AUTHORITY_MS, CHANGE_WAIT_OTHER_MS = 10_000, 20_000   # Process Change Request wait, note <11>
 NACK_RESEND_LIMIT = 3                                        # digest §11.9: the spec sets no bound
+PROPAGATION_CHUNK = 200                                      # changes per ChangePropagation this server sends
 
 ID_PROPERTY = {MQDS_QUEUE: propid("Q_INSTANCE"), MQDS_MACHINE: propid("QM_MACHINE_ID"),
                MQDS_SITE: propid("S_SITEID"), MQDS_CN: propid("CN_GUID"), MQDS_ENTERPRISE: propid("E_ID"),
@@ -558,10 +559,14 @@ class Replica:
 
     # ------------------------------------------------------------ 3.3.7.2 Send Change Propagation
     def send_change_propagation(self, bsc: Neighbor, flush: bool = False) -> None:
+        """The collection goes out in messages of at most PROPAGATION_CHUNK changes: Count is a u16 and an
+        MSMQ message (and a Kafka record) has a size limit; the receiver applies them in order anyway."""
         changes, bsc.available = bsc.available, []
         bsc.next_tick_ms = None
-        msg = mqdsrp.ChangePropagationMessage(1 if flush else 0, len(changes), changes, mqdsrp.SeqNumberHeader(0))
-        self.out.append(Outbound(bsc.machine_name, msg, "flush" if flush else "propagation"))
+        for i in range(0, len(changes), PROPAGATION_CHUNK):
+            chunk = changes[i:i + PROPAGATION_CHUNK]
+            msg = mqdsrp.ChangePropagationMessage(1 if flush else 0, len(chunk), chunk, mqdsrp.SeqNumberHeader(0))
+            self.out.append(Outbound(bsc.machine_name, msg, "flush" if flush else "propagation"))
 
     # ------------------------------------------------------------ 3.3.7.5 Receive Sync Reply
     def receive_sync_reply(self, msg: mqdsrp.SyncReplyMessage) -> None:
