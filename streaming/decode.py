@@ -45,8 +45,9 @@ def _plain_envelope_schema():
 
 
 class Decoder:
-    def __init__(self):
+    def __init__(self, body: bool = True):
         self.schema = _plain_envelope_schema()
+        self.body = body                    # False: the envelope only; the body is left to its operator
 
     def envelope(self, value: bytes | None) -> dict:
         return unframe(value, "envelope", self.schema)[1]
@@ -63,6 +64,9 @@ class Decoder:
             if protocol != declared:
                 raise EnvelopeError("protocol", 0, f"envelope says {env['protocol']} but topic {topic} carries "
                                                    f"{protocol.upper()}")
+            if not self.body:
+                return (topic, partition, offset, ts, key_text, protocol, True, *_envelope_values(env),
+                        env["body"], None, None, env["destination_machine"], None, None, None, None, None, None)
             record = decode(protocol, env["body"])
             kind, flags = summarize(protocol, record)
             return (topic, partition, offset, ts, key_text, protocol, True, *_envelope_values(env),
@@ -107,9 +111,9 @@ def state_key(protocol: str, record, env: dict) -> str:
     return env["destination_machine"]
 
 
-def decode_batches(batches):
-    """Source record batches in, DECODED_ARROW batches out."""
-    decoder = Decoder()
+def decode_batches(batches, body: bool = True):
+    """Source record batches in, DECODED_ARROW batches out (body=False: envelopes only)."""
+    decoder = Decoder(body)
     for batch in batches:
         timestamps = batch.column("timestamp").cast(pa.int64()).to_pylist()
         rows = [decoder.row(t, p, o, ts, k, v) for t, p, o, ts, k, v in zip(

@@ -50,9 +50,11 @@ def source_options(bootstrap: str, kafka_options: dict | None = None, topics: li
     return opts
 
 
-def decoded_stream(spark, options: dict):
-    """Decoded records: the source decodes in its reading tasks (option decode=true)."""
-    return spark.readStream.format(SOURCE_NAME).options(**options, decode="true").load()
+def decoded_stream(spark, options: dict, body: bool = True):
+    """Decoded records: the source decodes in its reading tasks (option decode=true). With
+    body=False only the envelope (operators that parse the body themselves; the raw query has
+    already turned bad bodies into dead letters)."""
+    return spark.readStream.format(SOURCE_NAME).options(**options, decode="true" if body else "envelope").load()
 
 
 class BatchWriter:
@@ -224,7 +226,8 @@ def start_replication_query(spark, *, sink_url: str, checkpoint: str, source_opt
     objects = {"topic": objects_topic, "kafka": kafka_conf or {}} if objects_topic else None
     writer = ReplicationWriter(sink_url, query_id, echo, outbound, objects)
     open_sink(sink_url).close()
-    return _start(replication_stream(decoded_stream(spark, opts), pec_name, query_id), "dirstream-replication",
+    return _start(replication_stream(decoded_stream(spark, opts, body=False), pec_name, query_id),
+                  "dirstream-replication",
                   checkpoint, writer, once, trigger)
 
 

@@ -12,7 +12,8 @@ batches. Options:
   failOnDataLoss     true (default): fail when offsets to read were deleted; false: skip ahead
   dataLossLog        file that records skipped offsets when failOnDataLoss is false
   decode             true: decode envelopes and bodies in the reading task (streaming.decode), so the
-                     source yields decoded rows (one Python hop fewer than a separate mapInArrow)
+                     source yields decoded rows (one Python hop fewer than a separate mapInArrow);
+                     envelope: the envelope only (for operators that decode the body themselves)
   kafka.<setting>    any Kafka client setting (security.protocol, sasl.*, ssl.*, ...)
 """
 import json
@@ -68,7 +69,7 @@ class KafkaSource(DataSource):
         return SOURCE_NAME
 
     def schema(self):
-        if self.options.get("decode", "false").lower() == "true":
+        if self.options.get("decode", "false").lower() in ("true", "envelope"):
             from .decode import DECODED_DDL
             return DECODED_DDL
         return SCHEMA
@@ -201,9 +202,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             consumer.assign([TopicPartition(partition.topic, partition.partition, partition.start)])
             batches = _read_range(consumer, partition)
-            if self.options.get("decode", "false").lower() == "true":
+            mode = self.options.get("decode", "false").lower()
+            if mode in ("true", "envelope"):
                 from .decode import decode_batches
-                batches = decode_batches(batches)
+                batches = decode_batches(batches, body=mode == "true")
             yield from batches
         finally:
             consumer.close()

@@ -18,7 +18,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from .discovery_query import OUTPUT_DDL, TableWriter
 from .operators.notification_rows import directory_version, step_rows
 from .operators.notifications import QMState, QueueManager, Settings, notification_from
-from .wire import decode
+from .wire import WireError, decode
 
 WATERMARK_DELAY = "10 seconds"
 OBJECTS_TOPIC = "msmq.dsrp.objects"
@@ -48,7 +48,10 @@ class NotificationProcessor(StatefulProcessor):
                 if routed:
                     qm.directory_object(routed[1], routed[2])
             else:
-                msg = decode("mqcn", bytes(row.body))
+                try:
+                    msg = decode("mqcn", bytes(row.body))
+                except WireError:
+                    continue                # a dead letter, recorded by the raw query
                 qm.receive(notification_from(msg, message_id=row.message_id, arrival_ms=int(row.event_ms),
                                              sender_identifier_type=row.sender_identifier_type,
                                              authentication_level=row.authentication_level,
@@ -83,7 +86,7 @@ def notification_stream(spark, traffic_opts: dict, objects_opts: dict, settings:
     from pyspark.sql import functions as F
 
     from .job import decoded_stream
-    traffic = (decoded_stream(spark, traffic_opts).filter("ok")
+    traffic = (decoded_stream(spark, traffic_opts, body=False).filter("ok")
                .withColumn("qm_key", F.coalesce(
                    F.nullif(F.lower(F.regexp_extract("destination_queue", r"(?i)^PRIVATE=\{?([0-9a-f-]{36})", 1)),
                             F.lit("")), F.col("destination_machine")))

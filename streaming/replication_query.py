@@ -19,7 +19,7 @@ from .discovery_query import OUTPUT_DDL, TableWriter
 from .operators.replica_store import ObjectStore
 from .operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
 from .operators.replication_rows import step_rows
-from .wire import decode
+from .wire import WireError, decode
 
 WATERMARK_DELAY = "10 seconds"
 
@@ -65,8 +65,12 @@ class ReplicationProcessor(StatefulProcessor):
         for body, arrival, source, cls, queue in zip(frame["body"], frame["arrival_ms"], frame["source_machine"],
                                                      frame["message_class"], frame["destination_queue"]):
             body = bytes(body)
-            r.receive(decode("mqdsrp", body), arrival_ms=int(arrival), source=source, message_class=cls,
-                      destination_queue=queue, body=body)
+            try:
+                msg = decode("mqdsrp", body)
+            except WireError:
+                continue                    # a dead letter, recorded by the raw query
+            r.receive(msg, arrival_ms=int(arrival), source=source, message_class=cls, destination_queue=queue,
+                      body=body)
         yield from self._finish(r)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):

@@ -240,3 +240,17 @@ def _dump(url: str) -> dict:
         }
     finally:
         s.close()
+
+
+def test_envelope_only_decoding_leaves_the_body_to_its_operator():
+    """decode=envelope: a bad body still passes (the raw query makes it a dead letter; the operator
+    skips it), a bad envelope does not."""
+    from streaming.decode import DECODED_FIELDS, Decoder
+    names = [n for n, _ in DECODED_FIELDS]
+    good = _env("mqdsrp", b"\x07" + bytes(17))          # Version 7: no such layout
+    row = dict(zip(names, Decoder(body=False).row(TOPICS["mqdsrp"], 0, 1, None, b"k", good)))
+    assert row["ok"] and row["kind"] is None and row["body"] == b"\x07" + bytes(17) and row["state_key"] == "qm1"
+    full = dict(zip(names, Decoder().row(TOPICS["mqdsrp"], 0, 1, None, b"k", good)))
+    assert not full["ok"] and full["error_field"] == "Version"
+    bad = dict(zip(names, Decoder(body=False).row(TOPICS["mqdsrp"], 0, 2, None, b"k", b"xx")))
+    assert not bad["ok"]
