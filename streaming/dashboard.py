@@ -10,6 +10,8 @@ import sqlite3
 import sys
 from urllib.parse import urlparse
 
+from .sinks import as_bool
+
 PAGES = [("/pipeline", "Pipeline"), ("/replication", "Replication"), ("/directory", "Directory"),
          ("/notifications", "Notifications"), ("/discovery", "Discovery")]
 HEALTH_COLOURS = {"in sync": "#2e7d32", "pending changes": "#f9a825", "gap being resynced": "#ef6c00",
@@ -85,7 +87,7 @@ def _json(value):
 
 def health(p: dict, newest: str) -> str:
     """A replica partition's health, for the grid's colour."""
-    if p["owned"] in (True, 1):
+    if as_bool(p["owned"]):
         return "own partition"
     if p["purge_state"] in ("startsync0", "sync0", "completesync0"):
         return "sync0"
@@ -181,7 +183,7 @@ def create_app(sink_url: str, refresh_ms: int = 5000):
             return [html.H3("Replication"), empty("replication_partitions")]
         servers = sorted({p["server"] for p in parts})
         pids = sorted({p["partition_id"] for p in parts})
-        newest = {pid: max((p["last_seq"] for p in parts if p["partition_id"] == pid and p["owned"] not in (True, 1)),
+        newest = {pid: max((p["last_seq"] for p in parts if p["partition_id"] == pid and not as_bool(p["owned"])),
                            default="0" * 16) for pid in pids}
         cell = {(p["server"], p["partition_id"]): p for p in parts}
         header = html.Tr([html.Th("server")] + [html.Th(pid[:8] + "…", title=pid) for pid in pids])
@@ -398,12 +400,12 @@ def _timeline(batches: list[dict]):
     import plotly.graph_objects as go
     fig = go.Figure()
     for b in batches:
-        colour = "#c62828" if b["refresh_all"] in (True, 1) else "#1565c0"
+        colour = "#c62828" if as_bool(b["refresh_all"]) else "#1565c0"
         start = b["timer_started"] or b["fired_at"]
         fig.add_trace(go.Scatter(x=[str(start), str(b["fired_at"])], y=[b["count"], b["count"]], mode="lines+markers",
                                  line={"color": colour, "width": 6}, showlegend=False,
                                  hovertext=f"batch {b['batch']}: {b['count']} notifications"
-                                           + (" (refresh all)" if b["refresh_all"] in (True, 1) else "")))
+                                           + (" (refresh all)" if as_bool(b["refresh_all"]) else "")))
     return fig.update_layout(title="batches: timer started → fired (height: notifications; red: refresh all)",
                              height=300, margin={"t": 40, "b": 30})
 

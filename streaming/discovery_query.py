@@ -21,6 +21,14 @@ WATERMARK_DELAY = "10 seconds"
 FORGET_AFTER_MS = 15_000           # a completed request is kept this long to recognise late replies
 
 
+def replace_timers(handle, due_ms: int | None) -> None:
+    """Each operator keeps at most one timer per key: the next thing due (None: nothing)."""
+    for t in list(handle.listTimers()):
+        handle.deleteTimer(t)
+    if due_ms is not None:
+        handle.registerTimer(due_ms)
+
+
 def _ts(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
 
@@ -35,13 +43,9 @@ class DiscoveryProcessor(StatefulProcessor):
         return state_from_json(self.state.get()[0]) if self.state.exists() else DiscoveryState()
 
     def _save(self, st: DiscoveryState) -> None:
-        for t in list(self.handle.listTimers()):
-            self.handle.deleteTimer(t)
         self.state.update((state_to_json(st),))
-        if st.done:
-            self.handle.registerTimer(max(st.deadline_ms or 0, self._completed_at) + FORGET_AFTER_MS)
-        elif st.deadline_ms is not None:
-            self.handle.registerTimer(st.deadline_ms)
+        replace_timers(self.handle, max(st.deadline_ms or 0, self._completed_at) + FORGET_AFTER_MS if st.done
+                       else st.deadline_ms)
 
     def handleInputRows(self, key, rows, timerValues):
         request_id = key[0]
@@ -91,8 +95,7 @@ class DiscoveryProcessor(StatefulProcessor):
                 rows.append(item)
         if st.done and st.request is None:
             self.state.clear()
-            for t in list(self.handle.listTimers()):
-                self.handle.deleteTimer(t)
+            replace_timers(self.handle, None)
         else:
             self._save(st)
         if rows:

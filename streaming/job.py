@@ -163,13 +163,23 @@ class BatchWriter:
                 self._ends[(topic, int(part.rstrip("]")))] = end
 
 
-def parse_trigger(text: str) -> str:
+DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+
+
+def parse_duration_ms(text: str, units: tuple[str, ...] = ("ms", "s", "m", "h"),
+                      error: str = "a duration is like 500ms, 30s, 1m or 1h") -> int:
+    """500ms, 2s, 1.5m, 1h -> milliseconds (only the given units)."""
     text = text.strip()
-    units = {"ms": "milliseconds", "s": "seconds", "m": "minutes"}
-    for suffix in ("ms", "s", "m"):
-        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
-            return f"{text[: -len(suffix)]} {units[suffix]}"
-    raise ValueError(f"--trigger takes a duration like 500ms, 2s or 1m, got {text!r}")
+    for suffix in sorted(units, key=len, reverse=True):          # "ms" before "m" and "s"
+        number = text[: -len(suffix)]
+        if text.endswith(suffix) and number.replace(".", "", 1).isdigit():
+            return int(float(number) * DURATION_UNITS_MS[suffix])
+    raise ValueError(f"{error}, got {text!r}")
+
+
+def parse_trigger(text: str) -> str:
+    ms = parse_duration_ms(text, ("ms", "s", "m"), "--trigger takes a duration like 500ms, 2s or 1m")
+    return f"{ms} milliseconds"
 
 
 def start_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,

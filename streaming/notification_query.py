@@ -15,7 +15,7 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from .discovery_query import OUTPUT_DDL, TableWriter
+from .discovery_query import OUTPUT_DDL, TableWriter, replace_timers
 from .operators.notification_rows import directory_version, step_rows
 from .operators.notifications import QMState, QueueManager, Settings, notification_from
 from .wire import WireError, decode
@@ -67,10 +67,7 @@ class NotificationProcessor(StatefulProcessor):
     def _finish(self, qm: QueueManager):
         rows = step_rows(qm)
         self.state.update((pickle.dumps(qm.s, protocol=5),))
-        for t in list(self.handle.listTimers()):
-            self.handle.deleteTimer(t)
-        if qm.next_timer_ms() is not None:
-            self.handle.registerTimer(qm.next_timer_ms())
+        replace_timers(self.handle, qm.next_timer_ms())
         if rows:
             yield pd.DataFrame([(t, json.dumps(p, default=str)) for t, p in rows], columns=["table_name", "payload"])
 

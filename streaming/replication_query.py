@@ -15,7 +15,7 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from .discovery_query import OUTPUT_DDL, TableWriter
+from .discovery_query import OUTPUT_DDL, TableWriter, replace_timers
 from .operators.replica_store import ObjectStore
 from .operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
 from .operators.replication_rows import step_rows
@@ -82,11 +82,7 @@ class ReplicationProcessor(StatefulProcessor):
         r.store.flush()
         rows = step_rows(r, r.s.now_ms, self.id_scope)
         self.control.update((state_to_bytes(r.s),))
-        for t in list(self.handle.listTimers()):
-            self.handle.deleteTimer(t)
-        due = r.next_timer_ms()
-        if due is not None:
-            self.handle.registerTimer(due)
+        replace_timers(self.handle, r.next_timer_ms())
         if rows:
             yield pd.DataFrame([(t, json.dumps(p)) for t, p in rows], columns=["table_name", "payload"])
 
@@ -119,44 +115,41 @@ class ReplicationWriter(TableWriter):
         self.objects = objects              # the same for the directory objects the MQCN operator reads
         self._producer = None
 
-    def _kafka(self, conf: dict):
-        from confluent_kafka import Producer
-        if self._producer is None:
-            self._producer = Producer(conf)
-        return self._producer
-
     def after_write(self, rows: dict[str, list[dict]]) -> None:
-        self._publish_objects(rows.get("directory_objects") or [])
-        self._publish_outbound(rows.get("outbound_messages") or [])
+        if self.objects:
+            self._publish(self.objects, self._object_records(rows.get("directory_objects") or []))
+        if self.outbound:
+            self._publish(self.outbound, self._outbound_records(rows.get("outbound_messages") or []))
 
-    def _publish_objects(self, objects: list[dict]) -> None:
+    def _publish(self, target: dict, records) -> None:
+        """(value, key) records to target["topic"], all confirmed before the batch counts as done."""
+        if self._producer is None:
+            from confluent_kafka import Producer
+            self._producer = Producer(target["kafka"])
+        for value, key in records:
+            self._producer.produce(target["topic"], value, key)
+            self._producer.poll(0)
+        if self._producer.flush(30):
+            raise RuntimeError(f"records not confirmed by Kafka within 30 s ({target['topic']})")
+
+    @staticmethod
+    def _object_records(objects: list[dict]):
         """Queue and machine versions, keyed by the owning queue manager, for the MQCN operator."""
-        if not objects or not self.objects:
-            return
         from .operators.notification_rows import directory_version
-        producer = self._kafka(self.objects["kafka"])
         for row in objects:
             plain = dict(row, updated_at=row["updated_at"].isoformat(timespec="milliseconds")
                          if hasattr(row["updated_at"], "isoformat") else row["updated_at"])
             routed = directory_version(plain)
             if routed:
-                producer.produce(self.objects["topic"], json.dumps(plain, default=str).encode(), routed[0].encode())
-                producer.poll(0)
-        if producer.flush(30):
-            raise RuntimeError(f"directory objects not confirmed by Kafka within 30 s ({self.objects['topic']})")
+                yield json.dumps(plain, default=str).encode(), routed[0].encode()
 
-    def _publish_outbound(self, messages: list[dict]) -> None:
-        if not messages or not self.outbound:
-            return
+    @staticmethod
+    def _outbound_records(messages: list[dict]):
         from .envelope import encode_envelope, make_envelope
-        self._kafka(self.outbound["kafka"])
         for m in messages:
             env = make_envelope("mqdsrp", bytes.fromhex(m["body"]), source_machine=m["server"],
                                 destination_machine=m["destination"],
                                 destination_queue=f"DIRECT=OS:{m['destination']}\\private$\\mqis_queue$",
                                 sent_time=m["sent_at"], sender_identifier_type="QueueManagerIdentifier",
                                 authentication_level="Sig10", hash_algorithm="MD5", message_id=m["message_id"])
-            self._producer.produce(self.outbound["topic"], encode_envelope(env), m["destination"].encode())
-            self._producer.poll(0)
-        if self._producer.flush(30):
-            raise RuntimeError(f"outbound messages not confirmed by Kafka within 30 s ({self.outbound['topic']})")
+            yield encode_envelope(env), m["destination"].encode()

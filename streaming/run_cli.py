@@ -117,19 +117,10 @@ def _run(args) -> int:
 
 
 def cn_settings(args):
+    from .job import parse_duration_ms
     from .operators.notifications import Settings
     return Settings(args.cn_mode, parse_duration_ms(args.cn_quiet), parse_duration_ms(args.cn_first_wait),
                     parse_duration_ms(args.cn_window), args.cn_refresh_threshold)
-
-
-def parse_duration_ms(text: str) -> int:
-    """500ms, 30s, 1m, 15m, 1h -> milliseconds."""
-    units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
-    for suffix in ("ms", "s", "m", "h"):
-        number = text[: -len(suffix)]
-        if text.endswith(suffix) and number.replace(".", "", 1).isdigit():
-            return int(float(number) * units[suffix])
-    raise ValueError(f"a duration is like 500ms, 30s, 1m or 1h, got {text!r}")
 
 
 def _ensure_topic(bootstrap: str, options: dict, topic: str) -> None:

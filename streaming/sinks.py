@@ -291,6 +291,11 @@ class _PostgresTransaction:
         return self.tx.__exit__(*exc)
 
 
+def as_bool(value) -> bool:
+    """A bool column as read back: SQLite stores 0/1, PostgreSQL booleans."""
+    return value in (True, 1, "1", "t", "true")
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 

@@ -1,7 +1,7 @@
 """`dirstream verify`: compare the sink with the simulator's ground truth and print every difference."""
 import json
 
-from .sinks import open_sink
+from .sinks import as_bool, open_sink
 
 CHECKS = ("discovery", "replication", "notifications")
 
@@ -74,7 +74,7 @@ def compare_replication(truth: dict, objects: list[dict], deleted: list[dict], p
     later, bounded by what the authority allows: 3.1.7.2.9)."""
     live, gone, parts = {}, {}, {}
     for o in objects:
-        if not _bool(o["deleted"]):
+        if not as_bool(o["deleted"]):
             live.setdefault((o["server"], o["partition_id"]), {})[o["object_guid"]] = o
     for d in deleted:
         if d["status"] == "deleted":
@@ -98,10 +98,6 @@ def compare_replication(truth: dict, objects: list[dict], deleted: list[dict], p
             diffs += _object_diffs(where, expected["objects"], live.get(key, {}))
             diffs += _deleted_diffs(where, expected, gone.get(key, {}))
     return diffs, f"{compared} replicas"
-
-
-def _bool(v) -> bool:
-    return v in (True, 1, "1", "t", "true")
 
 
 def _object_diffs(where: str, expected: dict, got: dict) -> list[str]:
@@ -159,7 +155,7 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
     by_id = {m["machine_id"]: m for m in managers}
     live: dict[str, dict[str, dict]] = {}
     for q in queues:
-        if not _bool(q["deleted"]):
+        if not as_bool(q["deleted"]):
             live.setdefault(q["queue_manager"], {})[q["queue_guid"]] = q
     for machine_id, exp in sorted(truth["queue_managers"].items()):
         where = f"{exp['machine_name']} ({exp['notification_version']})"

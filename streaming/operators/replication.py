@@ -218,17 +218,7 @@ class Replica:
         self.initialize(arrival_ms)
         op = msg.header.operation
         if message_class == "Normal":
-            handler = {
-                mqdsrp.OP_CHANGE_PROPAGATION: lambda: self.receive_change_propagation(msg, source),
-                mqdsrp.OP_CHANGE_REQUEST: lambda: self.receive_change_request(msg.change_request, body),
-                mqdsrp.OP_SYNC_REQUEST: lambda: self.ignore("SyncRequest", "answered by the object authority"),
-                mqdsrp.OP_SYNC_REPLY: lambda: self.receive_sync_reply(msg.sync_reply),
-                mqdsrp.OP_CHANGE_REPLY: lambda: self.receive_change_reply(msg.change_reply),
-                mqdsrp.OP_ALREADY_PURGED: lambda: self.receive_already_purged(msg.already_purged),
-                mqdsrp.OP_PSC_ACK: lambda: self.receive_psc_ack(msg.psc_ack),
-                mqdsrp.OP_BSC_ACK: lambda: self.receive_bsc_ack(msg.bsc_ack),
-            }[op]
-            handler()
+            _NORMAL_HANDLERS[op](self, msg, source, body)
         elif message_class in NACK_CLASSES:
             if op == mqdsrp.OP_CHANGE_REQUEST:
                 self.receive_change_request_nack(msg.change_request)
@@ -788,6 +778,19 @@ class Replica:
             return None
         guid = self.store.guid_for_path(self.name)
         return guid if guid and not guid.startswith("path:") else None
+
+
+# 3.1.5.1: the event each Operation of a Normal-class message raises, as (replica, message, source, body).
+_NORMAL_HANDLERS = {
+    mqdsrp.OP_CHANGE_PROPAGATION: lambda r, m, source, body: r.receive_change_propagation(m, source),
+    mqdsrp.OP_CHANGE_REQUEST: lambda r, m, source, body: r.receive_change_request(m.change_request, body),
+    mqdsrp.OP_SYNC_REQUEST: lambda r, m, source, body: r.ignore("SyncRequest", "answered by the object authority"),
+    mqdsrp.OP_SYNC_REPLY: lambda r, m, source, body: r.receive_sync_reply(m.sync_reply),
+    mqdsrp.OP_CHANGE_REPLY: lambda r, m, source, body: r.receive_change_reply(m.change_reply),
+    mqdsrp.OP_ALREADY_PURGED: lambda r, m, source, body: r.receive_already_purged(m.already_purged),
+    mqdsrp.OP_PSC_ACK: lambda r, m, source, body: r.receive_psc_ack(m.psc_ack),
+    mqdsrp.OP_BSC_ACK: lambda r, m, source, body: r.receive_bsc_ack(m.bsc_ack),
+}
 
 
 def _name_property(object_type: int, props: dict) -> str | None:
