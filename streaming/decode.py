@@ -52,9 +52,9 @@ class Decoder:
     def envelope(self, value: bytes | None) -> dict:
         return unframe(value, "envelope", self.schema)[1]
 
-    def row(self, topic: str, partition: int, offset: int, ts, key: bytes | None, value: bytes | None) -> tuple:
-        """One output row, as a tuple in DECODED_ARROW order."""
-        key_text = key.decode("utf-8", "replace") if key is not None else None
+    def check(self, topic: str, value: bytes | None) -> tuple:
+        """(protocol, envelope, decoded body, error): the envelope and (if self.body) the body decoded
+        with the wire codec; error is the EnvelopeError or WireError of a record that fails, else None."""
         protocol = PROTOCOL_OF_TOPIC.get(topic)
         env = None
         try:
@@ -64,17 +64,24 @@ class Decoder:
             if protocol != declared:
                 raise EnvelopeError("protocol", 0, f"envelope says {env['protocol']} but topic {topic} carries "
                                                    f"{protocol.upper()}")
-            if not self.body:
-                return (topic, partition, offset, ts, key_text, protocol, True, *_envelope_values(env),
-                        env["body"], None, None, env["destination_machine"], None, None, None, None, None, None)
-            record = decode(protocol, env["body"])
-            kind, flags = summarize(protocol, record)
-            return (topic, partition, offset, ts, key_text, protocol, True, *_envelope_values(env),
-                    env["body"], kind, flags, state_key(protocol, record, env), None, None, None, None, None, None)
+            return protocol, env, decode(protocol, env["body"]) if self.body else None, None
         except (EnvelopeError, WireError) as exc:
+            return protocol, env, None, exc
+
+    def row(self, topic: str, partition: int, offset: int, ts, key: bytes | None, value: bytes | None) -> tuple:
+        """One output row, as a tuple in DECODED_ARROW order."""
+        key_text = key.decode("utf-8", "replace") if key is not None else None
+        protocol, env, record, exc = self.check(topic, value)
+        if exc is not None:
             return (topic, partition, offset, ts, key_text, protocol, False, *_envelope_values(env),
                     env["body"] if env else None, None, None, None, exc.structure, exc.field, exc.offset,
                     exc.reason, str(exc), value)
+        if record is None:
+            return (topic, partition, offset, ts, key_text, protocol, True, *_envelope_values(env),
+                    env["body"], None, None, env["destination_machine"], None, None, None, None, None, None)
+        kind, flags = summarize(protocol, record)
+        return (topic, partition, offset, ts, key_text, protocol, True, *_envelope_values(env),
+                env["body"], kind, flags, state_key(protocol, record, env), None, None, None, None, None, None)
 
 
 _NO_ENVELOPE = (None,) * len(ENVELOPE_FIELDS)
@@ -123,3 +130,71 @@ def decode_batches(batches, body: bool = True):
         columns = list(zip(*rows)) if rows else [[] for _ in DECODED_FIELDS]
         yield pa.RecordBatch.from_arrays([pa.array(col, type=ty) for col, (_n, ty) in zip(columns, DECODED_FIELDS)],
                                          schema=DECODED_ARROW)
+
+
+# ---------------------------------------------------------------------------- summary mode
+# decode=summary: the reading task decodes every record as above but hands Spark only what the raw
+# query's tables need: counts per (protocol, server, minute), one row per Kafka partition (records,
+# last offset, dead letters) and each dead letter whole. Per-record rows never cross into the JVM,
+# which is most of the cost of a Python source (issue 4's throughput target).
+SUMMARY_FIELDS = [
+    ("row_type", pa.string()),                  # "partition", "seen" or "dead"
+    ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()),                     # partition: the last offset read; dead: its offset
+    ("protocol", pa.string()), ("server", pa.string()), ("minute", pa.timestamp("us", tz="UTC")),
+    ("messages", pa.int64()), ("dead_letters", pa.int64()),
+    ("kafka_key", pa.string()), ("message_id", pa.string()), ("source_machine", pa.string()),
+    ("destination_machine", pa.string()), ("arrival_time", pa.timestamp("us", tz="UTC")),
+    ("error_structure", pa.string()), ("error_field", pa.string()), ("error_offset", pa.int64()),
+    ("error_reason", pa.string()), ("error", pa.string()), ("raw_value", pa.binary()),
+]
+SUMMARY_ARROW = pa.schema(SUMMARY_FIELDS)
+SUMMARY_DDL = ", ".join(f"{name} {_SPARK_TYPES[ty]}" for name, ty in SUMMARY_FIELDS)
+UNKNOWN = "(unknown)"
+_MINUTE_US = 60_000_000
+
+
+def summarize_records(topic: str, partition: int, records, body: bool = True) -> pa.RecordBatch | None:
+    """records: (offset, kafka timestamp in us or None, key, value) of one Kafka partition, in order.
+    The server is the envelope's destination machine, else the record key; the minute is the
+    envelope's arrival time, else the Kafka timestamp (as the per-record path counts them)."""
+    decoder = Decoder(body)
+    seen: dict[tuple, list[int]] = {}
+    dead: list[tuple] = []
+    n, last = 0, None
+    for offset, ts, key, value in records:
+        n, last = n + 1, offset
+        protocol, env, _record, exc = decoder.check(topic, value)
+        server = env["destination_machine"] if env is not None else None
+        when = env["arrival_time"] * 1000 if env is not None else ts
+        if server is None:
+            server = key.decode("utf-8", "replace") if key is not None else UNKNOWN
+        group = (protocol or UNKNOWN, server, None if when is None else when - when % _MINUTE_US)
+        counts = seen.get(group)
+        if counts is None:
+            counts = seen[group] = [0, 0]
+        counts[0] += 1
+        if exc is not None:
+            counts[1] += 1
+            dead.append(_dead_row(topic, partition, offset, group[0], key, env, exc, value))
+    if n == 0:
+        return None
+    rows = [("partition", topic, partition, last, None, None, None, n, len(dead)) + _NO_DEAD]
+    rows += [("seen", topic, partition, None, p, s, m, c[0], c[1]) + _NO_DEAD for (p, s, m), c in seen.items()]
+    rows += dead
+    columns = list(zip(*rows))
+    return pa.RecordBatch.from_arrays([pa.array(col, type=ty) for col, (_n, ty) in zip(columns, SUMMARY_FIELDS)],
+                                      schema=SUMMARY_ARROW)
+
+
+_NO_DEAD = (None,) * (len(SUMMARY_FIELDS) - 9)
+
+
+def _dead_row(topic, partition, offset, protocol, key, env, exc, value) -> tuple:
+    key_text = key.decode("utf-8", "replace") if key is not None else None
+    message_id = source = destination = arrival = None
+    if env is not None:
+        message_id, source, destination = env["message_id"], env["source_machine"], env["destination_machine"]
+        arrival = env["arrival_time"] * 1000
+    return ("dead", topic, partition, offset, protocol, None, None, None, None, key_text, message_id, source,
+            destination, arrival, exc.structure, exc.field, exc.offset, exc.reason, str(exc), value)

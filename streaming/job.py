@@ -7,6 +7,7 @@ import time
 
 from .kafka_offsets import EndOffsets
 from .kafka_source import SOURCE_NAME, client_conf, register
+from .run_cli import RECORDS_PER_TASK
 from .sinks import open_sink, utcnow
 from .topics import TOPICS
 
@@ -50,11 +51,17 @@ def source_options(bootstrap: str, kafka_options: dict | None = None, topics: li
     return opts
 
 
-def decoded_stream(spark, options: dict, body: bool = True):
+def decoded_stream(spark, options: dict, body: bool = True, mode: str | None = None):
     """Decoded records: the source decodes in its reading tasks (option decode=true). With
     body=False only the envelope (operators that parse the body themselves; the raw query has
-    already turned bad bodies into dead letters)."""
-    return spark.readStream.format(SOURCE_NAME).options(**options, decode="true" if body else "envelope").load()
+    already turned bad bodies into dead letters). mode="summary": counts and dead letters only."""
+    mode = mode or ("true" if body else "envelope")
+    return spark.readStream.format(SOURCE_NAME).options(**options, decode=mode).load()
+
+
+DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "protocol", "kafka_key", "message_id", "source_machine",
+                       "destination_machine", "arrival_time", "error_structure", "error_field", "error_offset",
+                       "error_reason", "error", "raw_value")
 
 
 class BatchWriter:
@@ -92,8 +99,37 @@ class BatchWriter:
                   + ("" if written else " (already written: skipped)"))
 
     def collect(self, df, batch_id: int) -> dict:
-        """One Spark action: the few columns the tables need go to the driver as Arrow (bodies stay
-        behind; raw values only for dead letters), then are aggregated there with pyarrow."""
+        return self.collect_summary(df, batch_id) if "row_type" in df.columns else self.collect_records(df, batch_id)
+
+    def collect_summary(self, df, batch_id: int) -> dict:
+        """decode=summary: the reading tasks have counted; add their counts up across tasks."""
+        import pyarrow.compute as pc
+        table = df.toArrow()
+        kind = table["row_type"]
+        parts = table.filter(pc.equal(kind, "partition")).group_by(["topic", "partition"]).aggregate(
+            [("messages", "sum"), ("offset", "max"), ("dead_letters", "sum")]).to_pylist()
+        seen = table.filter(pc.equal(kind, "seen")).group_by(["protocol", "server", "minute"]).aggregate(
+            [("messages", "sum"), ("dead_letters", "sum")]).to_pylist()
+        dead = table.filter(pc.equal(kind, "dead")).select(list(DEAD_LETTER_COLUMNS)).to_pylist()
+        return self._tables(batch_id, [(r["topic"], r["partition"], r["messages_sum"], r["offset_max"],
+                                        r["dead_letters_sum"]) for r in parts],
+                            [(r["protocol"], r["server"], r["minute"], r["messages_sum"], r["dead_letters_sum"])
+                             for r in seen], dead)
+
+    def _tables(self, batch_id: int, parts: list[tuple], seen: list[tuple], dead: list[dict]) -> dict:
+        now = utcnow()
+        return {
+            "_counts": [{"topic": t, "partition": p, "n": n, "last": last, "bad": bad} for t, p, n, last, bad in parts],
+            "raw_messages_seen": [{"protocol": p, "server": s, "minute": m, "messages": n, "dead_letters": bad}
+                                  for p, s, m, n, bad in seen],
+            "dead_letters": [dict(r, kafka_partition=r.pop("partition"), kafka_offset=r.pop("offset"),
+                                  batch_id=batch_id, recorded_at=now) for r in dead],
+        }
+
+    def collect_records(self, df, batch_id: int) -> dict:
+        """decode=true (one row per record). One Spark action: the few columns the tables need go to
+        the driver as Arrow (bodies stay behind; raw values only for dead letters), then are
+        aggregated there with pyarrow."""
         import pyarrow.compute as pc
         from pyspark.sql import functions as F
         table = df.select(
@@ -108,16 +144,11 @@ class BatchWriter:
             [("offset", "count"), ("offset", "max"), ("bad", "sum")]).to_pylist()
         seen = table.group_by(["protocol", "server", "minute"]).aggregate(
             [("offset", "count"), ("bad", "sum")]).to_pylist()
-        dead = table.filter(bad).drop_columns(["ok", "bad", "server", "minute"]).to_pylist()
-        now = utcnow()
-        return {
-            "_counts": [{"topic": r["topic"], "partition": r["partition"], "n": r["offset_count"],
-                         "last": r["offset_max"], "bad": r["bad_sum"]} for r in per_partition],
-            "raw_messages_seen": [{"protocol": r["protocol"], "server": r["server"], "minute": r["minute"],
-                                   "messages": r["offset_count"], "dead_letters": r["bad_sum"]} for r in seen],
-            "dead_letters": [dict(r, kafka_partition=r.pop("partition"), kafka_offset=r.pop("offset"),
-                                  batch_id=batch_id, recorded_at=now) for r in dead],
-        }
+        dead = table.filter(bad).select(list(DEAD_LETTER_COLUMNS)).to_pylist()
+        return self._tables(batch_id, [(r["topic"], r["partition"], r["offset_count"], r["offset_max"], r["bad_sum"])
+                                       for r in per_partition],
+                            [(r["protocol"], r["server"], r["minute"], r["offset_count"], r["bad_sum"])
+                             for r in seen], dead)
 
     def progress_row(self, query_id: str, batch_id: int, started, t0: float, counts: list[dict]) -> dict:
         for c in counts:
@@ -183,11 +214,17 @@ def parse_trigger(text: str) -> str:
 
 
 def start_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
-                trigger: str = "2s", echo=print):
+                trigger: str = "2s", echo=print, per_record: bool = False,
+                records_per_task: int | None = RECORDS_PER_TASK):
+    """The raw query. Its reading tasks decode every record and count (decode=summary); per_record
+    sends every decoded row through Spark instead (decode=true: same tables, slower)."""
     data_loss_log = source_opts.get("dataLossLog")
     writer = BatchWriter(sink_url, source_opts, checkpoint_query_id(checkpoint), data_loss_log, echo)
     writer.sink  # open (and create tables) before starting, so a bad URL fails fast
-    return _start(decoded_stream(spark, source_opts), "dirstream", checkpoint, writer, once, trigger)
+    if records_per_task:
+        source_opts = {**source_opts, "maxRecordsPerPartition": str(records_per_task)}
+    frame = decoded_stream(spark, source_opts, mode="true" if per_record else "summary")
+    return _start(frame, "dirstream", checkpoint, writer, once, trigger)
 
 
 def _start(frame, name: str, checkpoint: str, writer, once: bool, trigger: str):

@@ -9,11 +9,16 @@ batches. Options:
   topicPattern       a regular expression over topic names (new matching topics are picked up)
   startingOffsets    earliest (default), latest, or JSON {"topic": {"0": 42}}
   maxRecordsPerBatch cap on records per micro-batch (admission control)
+  maxRecordsPerPartition  split a Kafka partition's range into Spark partitions of at most this many
+                     records (as Spark's own Kafka source); default: one Spark partition per Kafka
+                     partition. Balances the cores when a few Kafka partitions hold most records.
   failOnDataLoss     true (default): fail when offsets to read were deleted; false: skip ahead
   dataLossLog        file that records skipped offsets when failOnDataLoss is false
   decode             true: decode envelopes and bodies in the reading task (streaming.decode), so the
                      source yields decoded rows (one Python hop fewer than a separate mapInArrow);
-                     envelope: the envelope only (for operators that decode the body themselves)
+                     envelope: the envelope only (for operators that decode the body themselves);
+                     summary: decode every record but yield only counts and dead letters
+                     (streaming.decode.summarize_records; the raw query's input)
   kafka.<setting>    any Kafka client setting (security.protocol, sasl.*, ssl.*, ...)
 """
 import json
@@ -69,7 +74,11 @@ class KafkaSource(DataSource):
         return SOURCE_NAME
 
     def schema(self):
-        if self.options.get("decode", "false").lower() in ("true", "envelope"):
+        mode = self.options.get("decode", "false").lower()
+        if mode == "summary":
+            from .decode import SUMMARY_DDL
+            return SUMMARY_DDL
+        if mode in ("true", "envelope"):
             from .decode import DECODED_DDL
             return DECODED_DDL
         return SCHEMA
@@ -89,6 +98,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise SourceError("the msmq_kafka source needs the option topics or topicPattern")
         self.topics = topics or None
         self.max_records = int(options["maxrecordsperbatch"]) if options.get("maxrecordsperbatch") else None
+        self.max_per_partition = _positive(options, "maxRecordsPerPartition")
         self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
         self.available_now_target: dict | None = None
         self._offsets: EndOffsets | None = None
@@ -155,7 +165,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             first = self._check_data_loss(tp, first, stop)
             if stop > first:
-                parts.append(KafkaInputPartition(tp[0], tp[1], first, stop))
+                parts.extend(_split(tp, first, stop, self.max_per_partition))
         return parts
 
     def _offsets_went_back(self, tp: tuple[str, int], position: int, end: int) -> None:
@@ -201,8 +211,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                              "fetch.wait.max.ms": 10, "log_level": self.conf.get("log_level", 3)})
         try:
             consumer.assign([TopicPartition(partition.topic, partition.partition, partition.start)])
-            batches = _read_range(consumer, partition)
+            records = _read_records(consumer, partition)
             mode = self.options.get("decode", "false").lower()
+            if mode == "summary":
+                from .decode import summarize_records
+                summary = summarize_records(partition.topic, partition.partition, records)
+                if summary is not None:
+                    yield summary
+                return
+            batches = _arrow_batches(records, partition.topic, partition.partition)
             if mode in ("true", "envelope"):
                 from .decode import decode_batches
                 batches = decode_batches(batches, body=mode == "true")
@@ -211,8 +228,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             consumer.close()
 
 
-def _read_range(consumer, part: KafkaInputPartition):
-    columns = {name: [] for name in ARROW_SCHEMA.names}
+def _read_records(consumer, part: KafkaInputPartition):
+    """(offset, timestamp in us or None, key, value) of every record in the partition's range."""
     position, last_data = part.start, time.monotonic()
     while position < part.end:
         batch = consumer.consume(min(ARROW_BATCH_ROWS, part.end - position), 1.0)
@@ -227,28 +244,49 @@ def _read_range(consumer, part: KafkaInputPartition):
                 raise SourceError(f"reading {part.topic}[{part.partition}] at {position} failed: {err.str()}")
             offset = msg.offset()
             if offset >= part.end:
-                position = part.end
-                break
+                return
             ts_type, ts = msg.timestamp()
-            columns["topic"].append(part.topic)
-            columns["partition"].append(part.partition)
-            columns["offset"].append(offset)
-            columns["timestamp"].append(ts * 1000 if ts_type and ts >= 0 else None)
-            columns["key"].append(msg.key())
-            columns["value"].append(msg.value())
+            yield offset, (ts * 1000 if ts_type and ts >= 0 else None), msg.key(), msg.value()
             position = offset + 1
         if batch:
             last_data = time.monotonic()
+
+
+def _arrow_batches(records, topic: str, partition: int):
+    columns = {name: [] for name in ARROW_SCHEMA.names}
+    for offset, ts, key, value in records:
+        columns["offset"].append(offset)
+        columns["timestamp"].append(ts)
+        columns["key"].append(key)
+        columns["value"].append(value)
         if len(columns["offset"]) >= ARROW_BATCH_ROWS:
-            yield _to_batch(columns)
+            yield _to_batch(columns, topic, partition)
             columns = {name: [] for name in ARROW_SCHEMA.names}
     if columns["offset"]:
-        yield _to_batch(columns)
+        yield _to_batch(columns, topic, partition)
 
 
-def _to_batch(columns: dict) -> pa.RecordBatch:
+def _to_batch(columns: dict, topic: str, partition: int) -> pa.RecordBatch:
+    n = len(columns["offset"])
+    columns["topic"], columns["partition"] = [topic] * n, [partition] * n
     return pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in ARROW_SCHEMA],
                                       schema=ARROW_SCHEMA)
+
+
+def _positive(options: dict, name: str) -> int | None:
+    text = options.get(name.lower())
+    if not text:
+        return None
+    if not text.isdigit() or int(text) == 0:
+        raise SourceError(f"the option {name} must be a positive whole number, got {text!r}")
+    return int(text)
+
+
+def _split(tp: tuple[str, int], first: int, stop: int, most: int | None) -> list[KafkaInputPartition]:
+    """One Kafka partition's offset range as Spark partitions of at most `most` records, even sized."""
+    pieces = 1 if most is None else -(-(stop - first) // most)
+    bounds = [first + (stop - first) * i // pieces for i in range(pieces)] + [stop]
+    return [KafkaInputPartition(tp[0], tp[1], a, b) for a, b in zip(bounds, bounds[1:])]
 
 
 def _cap(begin: dict, ends: dict, max_rows: int) -> dict:

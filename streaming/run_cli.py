@@ -6,7 +6,10 @@ import time
 
 DEFAULT_SINK = "sqlite:///var/dirstream.db"
 DEFAULT_CHECKPOINT = "var/checkpoint"
-from .topics import OUTBOUND_TOPIC
+# The raw query reads a Kafka partition's range in Spark tasks of at most this many records, so that
+# every core stays busy when a few servers (record keys) fill most of the partitions.
+RECORDS_PER_TASK = 25_000
+from .topics import OUTBOUND_TOPIC  # noqa: E402
 
 
 def register(sub, add_kafka_arguments) -> None:
@@ -21,6 +24,9 @@ def register(sub, add_kafka_arguments) -> None:
     run.add_argument("--trigger", default="2s", help="micro-batch interval, e.g. 500ms, 2s, 1m (default 2s)")
     run.add_argument("--master", default="local[*]", help="Spark master: local[*], spark://host:7077, k8s://...")
     run.add_argument("--max-records", type=int, default=200_000, help="records per micro-batch at most")
+    run.add_argument("--records-per-task", type=int, default=RECORDS_PER_TASK,
+                     help="the raw query reads a Kafka partition's range in Spark tasks of at most this many records "
+                          f"(default {RECORDS_PER_TASK:,}; 0: one task per Kafka partition)")
     run.add_argument("--starting-offsets", default="earliest",
                      help='earliest, latest, or JSON {"topic": {"0": 42}} (first run only)')
     run.add_argument("--skip-data-loss", action="store_true",
@@ -80,7 +86,8 @@ def _run(args) -> int:
     echo = lambda line: log.info("%s", line)  # noqa: E731
     try:
         queries = [start_query(spark, sink_url=args.sink, checkpoint=os.path.join(args.checkpoint, "raw"),
-                               source_opts=opts, once=args.once, trigger=args.trigger, echo=echo)]
+                               source_opts=opts, once=args.once, trigger=args.trigger, echo=echo,
+                               records_per_task=args.records_per_task)]
         if not args.topics and not args.topic_pattern:
             queries.append(start_discovery_query(spark, sink_url=args.sink,
                                                  checkpoint=os.path.join(args.checkpoint, "discovery"),

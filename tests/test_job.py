@@ -254,3 +254,85 @@ def test_envelope_only_decoding_leaves_the_body_to_its_operator():
     assert not full["ok"] and full["error_field"] == "Version"
     bad = dict(zip(names, Decoder(body=False).row(TOPICS["mqdsrp"], 0, 2, None, b"k", b"xx")))
     assert not bad["ok"]
+
+
+# ---------------------------------------------------------------------------- summary decoding
+def _records_with_faults(n: int = 3000):
+    """(topic, [(offset, ts, key, value)]) per raw topic: simulated traffic with corrupted records."""
+    from producers.simulator import Faults, Simulator
+    from streaming.envelope import encode_envelope
+    by_topic: dict[str, list] = {t: [] for t in TOPICS.values()}
+    for m in Simulator(seed=11, faults=Faults(corrupt=0.05)).messages(n):
+        records = by_topic[TOPICS[m.protocol]]
+        records.append((len(records), 1_767_225_600_000_000 + 1000 * len(records), m.key.encode(),
+                         encode_envelope(m.envelope)))
+    for records in by_topic.values():           # bad values the simulator does not make
+        records += [(len(records), None, None, b""), (len(records) + 1, 0, b"k", b"\x00\x00\x00\x00\x01\xff")]
+    return by_topic
+
+
+def test_summary_decoding_counts_what_per_record_decoding_counts():
+    """decode=summary (the raw query) against decode=true rows aggregated as the per-record path does."""
+    from streaming.decode import DECODED_FIELDS, SUMMARY_FIELDS, Decoder, summarize_records
+    names, summary_names = [n for n, _ in DECODED_FIELDS], [n for n, _ in SUMMARY_FIELDS]
+    for topic, records in _records_with_faults().items():
+        rows = [dict(zip(names, Decoder().row(topic, 3, o, ts, k, v))) for o, ts, k, v in records]
+        expected_seen: dict = {}
+        for r in rows:
+            when = r["arrival_time"] if r["arrival_time"] is not None else r["kafka_timestamp"]
+            group = (r["protocol"] or "(unknown)", r["destination_machine"] or r["key"] or "(unknown)",
+                     None if when is None else when - when % 60_000_000)
+            counts = expected_seen.setdefault(group, [0, 0])
+            counts[0] += 1
+            counts[1] += not r["ok"]
+        summary = [dict(zip(summary_names, row)) for row in zip(*(
+            c.to_pylist() for c in summarize_records(topic, 3, iter(records)).columns))]
+        (partition,) = [s for s in summary if s["row_type"] == "partition"]
+        dead = [s for s in summary if s["row_type"] == "dead"]
+        assert (partition["messages"], partition["offset"]) == (len(records), len(records) - 1)
+        assert partition["dead_letters"] == len(dead) == sum(not r["ok"] for r in rows) >= 2
+        seen = {(s["protocol"], s["server"], s["minute"] and int(s["minute"].timestamp() * 1_000_000)):
+                [s["messages"], s["dead_letters"]] for s in summary if s["row_type"] == "seen"}
+        assert seen == expected_seen
+        bad = [r for r in rows if not r["ok"]]
+        assert [(d["offset"], d["error_field"], d["error_reason"], d["raw_value"], d["kafka_key"]) for d in dead] == \
+            [(r["offset"], r["error_field"], r["error_reason"], r["raw_value"], r["key"]) for r in bad]
+
+
+def test_a_kafka_partition_is_split_into_tasks_of_at_most_the_given_records():
+    from streaming.kafka_offsets import SourceError
+    from streaming.kafka_source import KafkaStreamReader
+    reader = KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t", "maxRecordsPerPartition": "1000"})
+    reader._offsets = type("Fixed", (), {"low": staticmethod(lambda tp: 0)})()
+    parts = reader.partitions({"t": {"0": 10, "1": 5}}, {"t": {"0": 2511, "1": 905}})
+    ranges = [(p.partition, p.start, p.end) for p in parts]
+    assert ranges == [(0, 10, 843), (0, 843, 1677), (0, 1677, 2511), (1, 5, 905)]
+    whole = KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t"})
+    whole._offsets = reader._offsets
+    assert [(p.start, p.end) for p in whole.partitions({"t": {"0": 10}}, {"t": {"0": 2511}})] == [(10, 2511)]
+    with pytest.raises(SourceError, match="maxRecordsPerPartition must be a positive whole number"):
+        KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t", "maxRecordsPerPartition": "0"})
+
+
+def test_split_summary_and_per_record_paths_write_the_same_tables(spark, broker, tmp_path):
+    """The raw query's reading tasks count (split into tasks of 300 records); the per-record path
+    sends every decoded row through Spark. Both must write the same rows."""
+    summary, _truth = simulate(broker, tmp_path, "--seed", "5", "--count", "2500", "--corrupt", "0.03")
+    tables = {}
+    for name, kw in {"summary": {"records_per_task": 300}, "records": {"per_record": True}}.items():
+        url = f"sqlite:///{tmp_path}/{name}.db"
+        query = start_query(spark, sink_url=url, checkpoint=str(tmp_path / name), once=True, echo=lambda _l: None,
+                            source_opts=source_options(broker), **kw)
+        query.awaitTermination(600)
+        assert query.exception() is None
+        s = open_sink(url)
+        tables[name] = (
+            s.query("SELECT protocol, server, minute, messages, dead_letters FROM raw_messages_seen "
+                    "ORDER BY protocol, server, minute"),
+            s.query("SELECT topic, kafka_partition, kafka_offset, protocol, kafka_key, message_id, source_machine, "
+                    "destination_machine, arrival_time, error_structure, error_field, error_offset, error_reason, "
+                    "error, raw_value FROM dead_letters ORDER BY topic, kafka_partition, kafka_offset"),
+            s.query("SELECT SUM(input_rows) AS n, SUM(dead_letters) AS d FROM pipeline_progress"))
+        s.close()
+    assert tables["summary"] == tables["records"]
+    assert tables["summary"][2][0]["n"] == summary["published"] and tables["summary"][1]
