@@ -1,9 +1,12 @@
 """[MS-MQCN] Change Notification Messages: v1 updates, v2 bodies and their quirks, malformed bodies."""
+import re
+
 import pytest
 from conftest import wire_error
+from hypothesis import given, settings, strategies as st
 from samples import P, QUEUE, mqcn_messages
 
-from streaming.wire import mqcn
+from streaming.wire import WireError, mqcn
 from streaming.wire.properties import object_type_of
 
 # MQCN digest B.12 (a): a v1 queue delete, 71-byte message + the unused byte of 3.3.5.3.
@@ -170,3 +173,34 @@ def test_v1_unterminated_path_name():
 
 def test_decoded_queue_is_the_queue():
     assert mqcn.decode(mqcn.encode(mqcn_messages()["v1_batch"])).updates[3].guid_identifier == QUEUE
+
+
+def _outcome(body: bytes):
+    try:
+        return ("ok", mqcn.decode(body))
+    except WireError as exc:
+        return ("error", exc.structure, exc.field, exc.offset, exc.reason)
+
+
+_EDITS = st.lists(st.tuples(st.integers(0, len(V2_TEXT)), st.integers(0, 3),
+                            st.sampled_from(["", "<", ">", " ", "x", "K", "\u212a", "I", "\u0130", "/", "0", "é"])),
+                  max_size=4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(edits=_EDITS, flip_case=st.booleans())
+def test_the_one_match_fast_path_agrees_with_the_token_walk(edits, flip_case):
+    """2.2.5 bodies: the regular expression takes only what the token walk takes, with the same result;
+    everything else goes to the walk, which names the field and offset."""
+    text = V2_TEXT.swapcase() if flip_case else V2_TEXT
+    for at, cut, insert in edits:
+        text = text[:at] + insert + text[at + cut:]
+    body = v2_body(text)
+    fast = _outcome(body)
+    never = re.compile(r"(?!)")
+    saved, mqcn._BODY = mqcn._BODY, never
+    try:
+        slow = _outcome(body)
+    finally:
+        mqcn._BODY = saved
+    assert fast == slow
