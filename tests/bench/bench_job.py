@@ -10,6 +10,7 @@ and >= 1/4 of the raw consume rate. Also samples the driver's RSS per batch (mem
 Run: make bench-job   (or .venv/bin/python tests/bench/bench_job.py --messages 200000)
 """
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -125,8 +126,15 @@ def main() -> int:
               f"(simulated ms between directory operations: {OP_INTERVAL_MS})")
         raw = raw_consume_rate(broker.bootstrap, total)
         print(f"raw confluent-kafka consume: {raw:,.0f} msg/s")
-        for protocol, rate in decode_rates(broker.bootstrap).items():
+        rates = decode_rates(broker.bootstrap)
+        for protocol, rate in rates.items():
             print(f"decode only (envelope + body), {protocol}: {rate:,.0f} msg/s on one core")
+        # What the decoding alone allows for this mix on every core, with no Kafka and no Spark at all:
+        # the ceiling of the job's rate and of its ratio to the raw consume rate.
+        cores = os.cpu_count() or 1
+        ceiling = cores * total / sum(counts[p] / rates[p] for p in counts if counts[p])
+        print(f"decode-only ceiling for this mix on {cores} cores: {ceiling:,.0f} msg/s "
+              f"= ratio {ceiling / raw:.2f} of the raw consume rate")
         job = job_rate(broker.bootstrap, workdir, args.max_records)
         print(f"job end to end: {job['rows']:,} rows in {job['batches']} batches, {job['overall_s']:.1f} s overall "
               f"= {job['overall_rate']:,.0f} msg/s (with start-up); steady state {job['steady_rate']:,.0f} msg/s")

@@ -1,0 +1,131 @@
+"""Memory over a long run of the raw query (prints figures; not a timed test).
+
+Publishes simulated traffic at a steady rate to a fresh embedded broker while the job runs with
+its normal trigger, and samples the resident memory of the driver, the JVM and the Python workers
+once a minute. Memory "stays flat" when the second half of the run grows by no more than noise.
+
+Run: make soak   (or .venv/bin/python tests/bench/soak_job.py --minutes 20 --rate 4000)
+The embedded broker keeps everything in memory: minutes x rate x ~600 bytes of RAM.
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from infra.broker import EmbeddedBroker  # noqa: E402
+from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics  # noqa: E402
+from producers.simulator import Faults, Simulator  # noqa: E402
+from streaming.envelope import encode_envelope  # noqa: E402
+from streaming.topics import TOPICS  # noqa: E402
+
+
+def publish_steadily(bootstrap: str, rate: int, seconds: float, stop: threading.Event, sent: list) -> None:
+    """A pool of simulated traffic, pre-encoded, published over and over at `rate` messages/s."""
+    sim = Simulator(seed=3, faults=Faults(corrupt=0.005), op_interval_ms=(100, 500))
+    pool = [(TOPICS[m.protocol], m.key.encode(), encode_envelope(m.envelope)) for m in sim.messages(50_000)]
+    pub = ConfluentPublisher(KafkaSettings(bootstrap))
+    start, i = time.monotonic(), 0
+    while not stop.is_set() and time.monotonic() - start < seconds:
+        due = int((time.monotonic() - start) * rate)
+        while i < due:
+            topic, key, value = pool[i % len(pool)]
+            pub.send(topic, key, value, [])
+            i += 1
+        sent[0] = i
+        time.sleep(0.05)
+    pub.close()
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def descendants(root: int) -> dict[int, str]:
+    """pid -> command name of every process below root."""
+    parent, name = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            name[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
+            parent[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    found, frontier = {}, [root]
+    while frontier:
+        pid = frontier.pop()
+        for child, ppid in parent.items():
+            if ppid == pid and child not in found:
+                found[child] = name[child]
+                frontier.append(child)
+    return found
+
+
+def sample() -> dict[str, float]:
+    procs = descendants(os.getpid())
+    return {"driver": rss_mb(os.getpid()),
+            "jvm": sum(rss_mb(p) for p, n in procs.items() if n == "java"),
+            "python workers": sum(rss_mb(p) for p, n in procs.items() if n.startswith("python")),
+            "workers": sum(1 for n in procs.values() if n.startswith("python"))}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=20)
+    parser.add_argument("--rate", type=int, default=4000, help="messages per second published")
+    args = parser.parse_args()
+    from streaming.job import build_spark, source_options, start_query
+    from streaming.sinks import open_sink
+    workdir = Path(tempfile.mkdtemp(prefix="dirstream-soak-"))
+    broker = EmbeddedBroker(workdir / "broker", port=19396)
+    broker.start()
+    stop, sent = threading.Event(), [0]
+    try:
+        ensure_topics(KafkaSettings(broker.bootstrap), {t: 4 for t in TOPICS.values()})
+        publisher = threading.Thread(target=publish_steadily, args=(broker.bootstrap, args.rate,
+                                                                   args.minutes * 60, stop, sent), daemon=True)
+        publisher.start()
+        spark = build_spark("local[2]")
+        url = f"sqlite:///{workdir}/soak.db"
+        query = start_query(spark, sink_url=url, checkpoint=str(workdir / "ckpt"), trigger="2s",
+                            source_opts=source_options(broker.bootstrap), echo=lambda _l: None)
+        samples, started = [], time.monotonic()
+        print(f"publishing {args.rate:,} msg/s for {args.minutes} min; resident memory in MB once a minute")
+        while publisher.is_alive():
+            publisher.join(60)
+            s = sample()
+            samples.append(s)
+            rows = open_sink(url).query("SELECT COALESCE(SUM(input_rows), 0) AS n, COUNT(*) AS b "
+                                        "FROM pipeline_progress")[0]
+            print(f"  {(time.monotonic() - started) / 60:5.1f} min: published {sent[0]:,}, job {int(rows['n']):,} "
+                  f"in {rows['b']} batches; driver {s['driver']:.0f}, JVM {s['jvm']:.0f}, "
+                  f"{s['workers']} Python workers {s['python workers']:.0f}", flush=True)
+        query.stop()
+        spark.stop()
+        half = samples[len(samples) // 2:]
+        for part in ("driver", "jvm", "python workers"):
+            print(f"{part}: {samples[0][part]:.0f} MB at the first minute, {half[0][part]:.0f} at half time, "
+                  f"{samples[-1][part]:.0f} at the end (second half {half[-1][part] - half[0][part]:+.0f} MB)")
+    finally:
+        stop.set()
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
