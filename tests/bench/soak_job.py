@@ -4,15 +4,15 @@ Publishes simulated traffic at a steady rate to a fresh embedded broker while th
 its normal trigger, and samples the resident memory of the driver, the JVM and the Python workers
 once a minute. Memory "stays flat" when the second half of the run grows by no more than noise.
 
-Run: make soak   (or .venv/bin/python tests/bench/soak_job.py --minutes 20 --rate 4000)
+Run: make soak   (or .venv/bin/python tests/bench/soak_job.py --minutes 20 --rate 3000)
 The embedded broker keeps everything in memory: minutes x rate x ~600 bytes of RAM.
 """
 import argparse
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -25,19 +25,23 @@ from streaming.envelope import encode_envelope  # noqa: E402
 from streaming.topics import TOPICS  # noqa: E402
 
 
-def publish_steadily(bootstrap: str, rate: int, seconds: float, stop: threading.Event, sent: list) -> None:
-    """A pool of simulated traffic, pre-encoded, published over and over at `rate` messages/s."""
+def publish_steadily(bootstrap: str, rate: int, seconds: float, sent) -> None:
+    """A pool of simulated traffic, pre-encoded, published over and over at `rate` messages/s
+    (in its own process, so that the driver's memory is the job's alone)."""
     sim = Simulator(seed=3, faults=Faults(corrupt=0.005), op_interval_ms=(100, 500))
     pool = [(TOPICS[m.protocol], m.key.encode(), encode_envelope(m.envelope)) for m in sim.messages(50_000)]
-    pub = ConfluentPublisher(KafkaSettings(bootstrap))
+    # A second of linger: few, large record batches. The embedded broker's memory storage slows down
+    # with the number of record batches it holds (after ~170,000 small ones its fetches took over a
+    # minute and the job's read timed out); a real cluster does not care.
+    pub = ConfluentPublisher(KafkaSettings(bootstrap, {"linger.ms": "1000"}))
     start, i = time.monotonic(), 0
-    while not stop.is_set() and time.monotonic() - start < seconds:
+    while time.monotonic() - start < seconds:
         due = int((time.monotonic() - start) * rate)
         while i < due:
             topic, key, value = pool[i % len(pool)]
             pub.send(topic, key, value, [])
             i += 1
-        sent[0] = i
+        sent.value = i
         time.sleep(0.05)
     pub.close()
 
@@ -75,8 +79,9 @@ def descendants(root: int) -> dict[int, str]:
     return found
 
 
-def sample() -> dict[str, float]:
+def sample(publisher_pid: int) -> dict[str, float]:
     procs = descendants(os.getpid())
+    procs.pop(publisher_pid, None)
     return {"driver": rss_mb(os.getpid()),
             "jvm": sum(rss_mb(p) for p, n in procs.items() if n == "java"),
             "python workers": sum(rss_mb(p) for p, n in procs.items() if n.startswith("python")),
@@ -86,18 +91,18 @@ def sample() -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=20)
-    parser.add_argument("--rate", type=int, default=4000, help="messages per second published")
+    parser.add_argument("--rate", type=int, default=3000, help="messages per second published")
     args = parser.parse_args()
     from streaming.job import build_spark, source_options, start_query
     from streaming.sinks import open_sink
     workdir = Path(tempfile.mkdtemp(prefix="dirstream-soak-"))
     broker = EmbeddedBroker(workdir / "broker", port=19396)
     broker.start()
-    stop, sent = threading.Event(), [0]
+    sent = multiprocessing.Value("q", 0)
+    publisher = multiprocessing.get_context("fork").Process(
+        target=publish_steadily, args=(broker.bootstrap, args.rate, args.minutes * 60, sent), daemon=True)
     try:
         ensure_topics(KafkaSettings(broker.bootstrap), {t: 4 for t in TOPICS.values()})
-        publisher = threading.Thread(target=publish_steadily, args=(broker.bootstrap, args.rate,
-                                                                   args.minutes * 60, stop, sent), daemon=True)
         publisher.start()
         spark = build_spark("local[2]")
         url = f"sqlite:///{workdir}/soak.db"
@@ -107,13 +112,15 @@ def main() -> int:
         print(f"publishing {args.rate:,} msg/s for {args.minutes} min; resident memory in MB once a minute")
         while publisher.is_alive():
             publisher.join(60)
-            s = sample()
+            s = sample(publisher.pid)
             samples.append(s)
-            rows = open_sink(url).query("SELECT COALESCE(SUM(input_rows), 0) AS n, COUNT(*) AS b "
-                                        "FROM pipeline_progress")[0]
-            print(f"  {(time.monotonic() - started) / 60:5.1f} min: published {sent[0]:,}, job {int(rows['n']):,} "
-                  f"in {rows['b']} batches; driver {s['driver']:.0f}, JVM {s['jvm']:.0f}, "
-                  f"{s['workers']} Python workers {s['python workers']:.0f}", flush=True)
+            rows = open_sink(url).query("SELECT COALESCE(SUM(input_rows), 0) AS n, COUNT(*) AS b, "
+                                        "(SELECT total_lag FROM pipeline_progress ORDER BY batch_id DESC LIMIT 1) "
+                                        "AS lag FROM pipeline_progress")[0]
+            print(f"  {(time.monotonic() - started) / 60:5.1f} min: published {sent.value:,}, job {int(rows['n']):,} "
+                  f"in {rows['b']} batches (lag {rows['lag']:,}); driver {s['driver']:.0f}, JVM {s['jvm']:.0f}, "
+                  f"{s['workers']} Python workers {s['python workers']:.0f}; "
+                  f"embedded broker {rss_mb(broker.status().pid or 0):.0f}", flush=True)
         query.stop()
         spark.stop()
         half = samples[len(samples) // 2:]
@@ -121,7 +128,8 @@ def main() -> int:
             print(f"{part}: {samples[0][part]:.0f} MB at the first minute, {half[0][part]:.0f} at half time, "
                   f"{samples[-1][part]:.0f} at the end (second half {half[-1][part] - half[0][part]:+.0f} MB)")
     finally:
-        stop.set()
+        if publisher.is_alive():
+            publisher.terminate()
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
