@@ -33,7 +33,7 @@ bench: setup
 	$(BIN)/python tests/bench/bench_job.py
 	$(BIN)/python tests/bench/bench_replication.py
 
-# Memory over a long run of the raw query (20 minutes at 3,000 msg/s by default).
+# Memory over a long run of the raw query (20 minutes at 800 msg/s by default).
 soak: setup
 	$(BIN)/python tests/bench/soak_job.py
 

@@ -205,10 +205,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---------------------------------------------------------------- executors
     def read(self, partition: KafkaInputPartition):
-        from confluent_kafka import Consumer, TopicPartition
-        consumer = Consumer({**self.conf, "group.id": self.conf.get("group.id", "dirstream-source"),
-                             "enable.auto.commit": False, "auto.offset.reset": "error",
-                             "fetch.wait.max.ms": 10, "log_level": self.conf.get("log_level", 3)})
+        from confluent_kafka import TopicPartition
+        consumer = _reading_consumer(self.conf)
+        finished = False
         try:
             consumer.assign([TopicPartition(partition.topic, partition.partition, partition.start)])
             records = _read_records(consumer, partition)
@@ -216,16 +215,43 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if mode == "summary":
                 from .decode import summarize_records
                 summary = summarize_records(partition.topic, partition.partition, records)
-                if summary is not None:
-                    yield summary
-                return
-            batches = _arrow_batches(records, partition.topic, partition.partition)
+                batches = [summary] if summary is not None else []
+            else:
+                batches = _arrow_batches(records, partition.topic, partition.partition)
             if mode in ("true", "envelope"):
                 from .decode import decode_batches
                 batches = decode_batches(batches, body=mode == "true")
             yield from batches
+            finished = True
         finally:
-            consumer.close()
+            _release_consumer(self.conf, consumer, finished)
+
+
+# Each Python worker keeps its Kafka consumer from task to task (Spark reuses the workers), as
+# Spark's own Kafka source pools its consumers: a new connection per task and micro-batch costs
+# time, and the embedded broker slowed down under thousands of them over a long run.
+_CONSUMERS: dict[tuple, object] = {}
+
+
+def _reading_consumer(conf: dict):
+    key = tuple(sorted(conf.items()))
+    consumer = _CONSUMERS.pop(key, None)
+    if consumer is None:
+        from confluent_kafka import Consumer
+        consumer = Consumer({**conf, "group.id": conf.get("group.id", "dirstream-source"),
+                             "enable.auto.commit": False, "auto.offset.reset": "error",
+                             "fetch.wait.max.ms": 10, "log_level": conf.get("log_level", 3)})
+    return consumer
+
+
+def _release_consumer(conf: dict, consumer, reusable: bool) -> None:
+    """Keep a consumer whose task read its whole range; close one that failed or was abandoned."""
+    key = tuple(sorted(conf.items()))
+    if reusable and key not in _CONSUMERS:
+        consumer.unassign()
+        _CONSUMERS[key] = consumer
+    else:
+        consumer.close()
 
 
 def _read_records(consumer, part: KafkaInputPartition):

@@ -358,3 +358,33 @@ def test_offsets_deleted_before_they_were_read_fail_or_are_skipped_and_counted(t
     assert lenient.partitions({"t": {"1": 100}}, {"t": {"1": 300}}) == []          # all of it gone
     skipped = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(s["partition"], s["from"], s["skipped"]) for s in skipped] == [(0, 100, 400), (1, 100, 200)]
+
+
+def test_a_worker_reuses_its_consumer_and_reads_exactly_each_range(broker):
+    """Tasks of one Python worker share a consumer (as Spark's Kafka source pools them); a reused
+    consumer must read exactly its new range, nothing left over from the previous one."""
+    from streaming import kafka_source
+    from streaming.kafka_source import KafkaInputPartition, KafkaStreamReader
+    ensure_topics(KafkaSettings(broker), {"reuse.test": 2})
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": broker})
+    for i in range(400):
+        producer.produce("reuse.test", value=f"p{i % 2}-{i // 2}".encode(), partition=i % 2)
+    producer.flush(30)
+    reader = KafkaStreamReader({"bootstrap": broker, "topics": "reuse.test"})
+    kafka_source._CONSUMERS.clear()
+
+    def read(partition, start, end):
+        return [v.decode() for b in reader.read(KafkaInputPartition("reuse.test", partition, start, end))
+                for v in b.column("value").to_pylist()]
+
+    assert read(0, 0, 150) == [f"p0-{i}" for i in range(150)]
+    (consumer,) = kafka_source._CONSUMERS.values()
+    assert read(0, 20, 30) == [f"p0-{i}" for i in range(20, 30)]          # backwards, within what was fetched
+    assert read(1, 190, 200) == [f"p1-{i}" for i in range(190, 200)]
+    assert read(0, 150, 200) == [f"p0-{i}" for i in range(150, 200)]
+    assert list(kafka_source._CONSUMERS.values()) == [consumer]
+    abandoned = reader.read(KafkaInputPartition("reuse.test", 1, 0, 200))
+    next(abandoned)
+    abandoned.close()                          # a task stopped early: its consumer is closed, not kept
+    assert kafka_source._CONSUMERS == {}
