@@ -154,11 +154,11 @@ UNKNOWN = "(unknown)"
 _MINUTE_US = 60_000_000
 
 
-def summarize_records(topic: str, partition: int, records, body: bool = True) -> pa.RecordBatch | None:
+def summarize_records(topic: str, partition: int, records) -> pa.RecordBatch | None:
     """records: (offset, kafka timestamp in us or None, key, value) of one Kafka partition, in order.
     The server is the envelope's destination machine, else the record key; the minute is the
     envelope's arrival time, else the Kafka timestamp (as the per-record path counts them)."""
-    decoder = Decoder(body)
+    decoder = Decoder()
     seen: dict[tuple, list[int]] = {}
     dead: list[tuple] = []
     n, last = 0, None

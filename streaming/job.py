@@ -5,6 +5,7 @@ import os
 import sys
 import time
 
+from .decode import UNKNOWN
 from .kafka_offsets import EndOffsets
 from .kafka_source import SOURCE_NAME, client_conf, register
 from .run_cli import RECORDS_PER_TASK
@@ -51,11 +52,10 @@ def source_options(bootstrap: str, kafka_options: dict | None = None, topics: li
     return opts
 
 
-def decoded_stream(spark, options: dict, body: bool = True, mode: str | None = None):
-    """Decoded records: the source decodes in its reading tasks (option decode=true). With
-    body=False only the envelope (operators that parse the body themselves; the raw query has
-    already turned bad bodies into dead letters). mode="summary": counts and dead letters only."""
-    mode = mode or ("true" if body else "envelope")
+def decoded_stream(spark, options: dict, mode: str = "true"):
+    """What the source's reading tasks decode (its option decode): "true" every record;
+    "envelope" the envelope only (operators that parse the body themselves; the raw query has
+    already turned bad bodies into dead letters); "summary" counts and dead letters only."""
     return spark.readStream.format(SOURCE_NAME).options(**options, decode=mode).load()
 
 
@@ -133,8 +133,8 @@ class BatchWriter:
         import pyarrow.compute as pc
         from pyspark.sql import functions as F
         table = df.select(
-            "topic", "partition", "offset", "ok", F.coalesce("protocol", F.lit("(unknown)")).alias("protocol"),
-            F.coalesce("destination_machine", "key", F.lit("(unknown)")).alias("server"),
+            "topic", "partition", "offset", "ok", F.coalesce("protocol", F.lit(UNKNOWN)).alias("protocol"),
+            F.coalesce("destination_machine", "key", F.lit(UNKNOWN)).alias("server"),
             F.date_trunc("minute", F.coalesce("arrival_time", "kafka_timestamp")).alias("minute"),
             F.col("key").alias("kafka_key"), "message_id", "source_machine", "destination_machine", "arrival_time",
             "error_structure", "error_field", "error_offset", "error_reason", "error", "raw_value").toArrow()
@@ -273,7 +273,7 @@ def start_replication_query(spark, *, sink_url: str, checkpoint: str, source_opt
     objects = {"topic": objects_topic, "kafka": kafka_conf or {}} if objects_topic else None
     writer = ReplicationWriter(sink_url, query_id, echo, outbound, objects)
     open_sink(sink_url).close()
-    return _start(replication_stream(decoded_stream(spark, opts, body=False), pec_name, query_id),
+    return _start(replication_stream(decoded_stream(spark, opts, "envelope"), pec_name, query_id),
                   "dirstream-replication",
                   checkpoint, writer, once, trigger)
 

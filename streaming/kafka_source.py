@@ -206,7 +206,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---------------------------------------------------------------- executors
     def read(self, partition: KafkaInputPartition):
         from confluent_kafka import TopicPartition
-        consumer = _reading_consumer(self.conf)
+        pool_key = tuple(sorted(self.conf.items()))
+        consumer = _reading_consumer(pool_key, self.conf)
         finished = False
         try:
             consumer.assign([TopicPartition(partition.topic, partition.partition, partition.start)])
@@ -224,7 +225,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from batches
             finished = True
         finally:
-            _release_consumer(self.conf, consumer, finished)
+            _release_consumer(pool_key, consumer, finished)
 
 
 # Each Python worker keeps its Kafka consumer from task to task (Spark reuses the workers), as
@@ -233,8 +234,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 _CONSUMERS: dict[tuple, object] = {}
 
 
-def _reading_consumer(conf: dict):
-    key = tuple(sorted(conf.items()))
+def _reading_consumer(key: tuple, conf: dict):
     consumer = _CONSUMERS.pop(key, None)
     if consumer is None:
         from confluent_kafka import Consumer
@@ -244,9 +244,8 @@ def _reading_consumer(conf: dict):
     return consumer
 
 
-def _release_consumer(conf: dict, consumer, reusable: bool) -> None:
+def _release_consumer(key: tuple, consumer, reusable: bool) -> None:
     """Keep a consumer whose task read its whole range; close one that failed or was abandoned."""
-    key = tuple(sorted(conf.items()))
     if reusable and key not in _CONSUMERS:
         consumer.unassign()
         _CONSUMERS[key] = consumer

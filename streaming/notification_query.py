@@ -83,7 +83,7 @@ def notification_stream(spark, traffic_opts: dict, objects_opts: dict, settings:
     from pyspark.sql import functions as F
 
     from .job import decoded_stream
-    traffic = (decoded_stream(spark, traffic_opts, body=False).filter("ok")
+    traffic = (decoded_stream(spark, traffic_opts, "envelope").filter("ok")
                .withColumn("qm_key", F.coalesce(
                    F.nullif(F.lower(F.regexp_extract("destination_queue", r"(?i)^PRIVATE=\{?([0-9a-f-]{36})", 1)),
                             F.lit("")), F.col("destination_machine")))

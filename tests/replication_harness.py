@@ -19,6 +19,16 @@ from streaming.sinks import TABLES
 from streaming.wire import WireError, decode
 
 
+def _decodable(protocol: str, envelopes: list[dict]):
+    """(envelope, decoded body) of each envelope whose body decodes; the others are dead letters,
+    which never reach the operators."""
+    for env in envelopes:
+        try:
+            yield env, decode(protocol, env["body"])
+        except WireError:
+            continue
+
+
 def arrival_ms(envelope: dict) -> int:
     t = envelope["arrival_time"]
     return int(t.timestamp() * 1000) if isinstance(t, datetime) else int(t)
@@ -56,22 +66,14 @@ class OfflineJob:
                 by_qm.setdefault(key, []).append(env)
         for server, envs in by_server.items():
             r = self.replica(server)
-            for env in envs:
-                try:
-                    msg = decode("mqdsrp", env["body"])
-                except WireError:
-                    continue                       # a dead letter: never reaches the operator
+            for env, msg in _decodable("mqdsrp", envs):
                 r.receive(msg, arrival_ms=arrival_ms(env), source=env["source_machine"],
                           message_class=env["message_class"], destination_queue=env["destination_queue"],
                           body=env["body"])
             self._collect(r)
         for key, envs in by_qm.items():
             qm = self.queue_manager(key)
-            for env in envs:
-                try:
-                    msg = decode("mqcn", env["body"])
-                except WireError:
-                    continue
+            for env, msg in _decodable("mqcn", envs):
                 qm.receive(notification_from(msg, message_id=env["message_id"], arrival_ms=arrival_ms(env),
                                              sender_identifier_type=env["sender_identifier_type"],
                                              authentication_level=env["authentication_level"],
