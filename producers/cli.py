@@ -5,7 +5,8 @@ import logging
 import sys
 import time
 
-from infra.broker import DEFAULT_BOOTSTRAP, DEFAULT_HOST, DEFAULT_PORT, BrokerError, EmbeddedBroker
+from infra.broker import (DEFAULT_BOOTSTRAP, DEFAULT_HEAP, DEFAULT_HOST, DEFAULT_PORT, KAFKA_VERSION, BrokerError,
+                          EmbeddedBroker, fetch_jars)
 
 from .kafka import CLIENTS, OUTBOUND_TOPIC, TOPICS, KafkaSettings, KafkaUnavailable, ensure_topics, publisher
 from .publish import publish_all
@@ -50,9 +51,11 @@ def _rate(text: str) -> float:
 
 # ---------------------------------------------------------------------------- broker
 def cmd_broker(args) -> int:
-    broker = EmbeddedBroker(args.state_dir, args.host, args.port)
+    broker = EmbeddedBroker(args.state_dir, args.host, args.port, args.heap)
     try:
-        if args.action == "start":
+        if args.action == "fetch":
+            print(f"Apache Kafka {KAFKA_VERSION} jars in {fetch_jars()}")
+        elif args.action == "start":
             print(broker.start().describe())
         elif args.action == "stop":
             print("broker stopped" if broker.stop() else "broker was not running")
@@ -124,11 +127,14 @@ def cmd_respond(args) -> int:
 
 
 def register(sub) -> None:
-    broker = sub.add_parser("broker", help="start, stop or check the embedded Kafka-compatible broker")
-    broker.add_argument("action", choices=["start", "stop", "status"])
+    broker = sub.add_parser("broker", help="start, stop or check the embedded Apache Kafka broker (KRaft)")
+    broker.add_argument("action", choices=["start", "stop", "status", "fetch"],
+                        help="fetch: only download the Kafka jars into their cache (start does it when needed)")
     broker.add_argument("--host", default=DEFAULT_HOST)
     broker.add_argument("--port", type=int, default=DEFAULT_PORT)
-    broker.add_argument("--state-dir", help="where the pid and log live (default: var/broker, or $DIRSTREAM_STATE)")
+    broker.add_argument("--state-dir", help="where the pid, log and Kafka log directories live "
+                                             "(default: var/broker, or $DIRSTREAM_STATE)")
+    broker.add_argument("--heap", default=DEFAULT_HEAP, help=f"the broker JVM's heap (default {DEFAULT_HEAP})")
     broker.set_defaults(func=cmd_broker)
 
     produce = sub.add_parser("produce", help="publish traffic: simulate an enterprise, replay captures, respond")

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from streaming.topics import OUTBOUND_TOPIC, PROTOCOL_HEADER, TOPICS  # noqa: F401  (re-exported)
 REACH_TIMEOUT_S = 5.0
+# librdkafka retries a record until this long after it was produced: a broker restart or a short
+# outage is waited out; what is still unconfirmed then is reported by Publisher.close().
+DELIVERY_TIMEOUT_MS = 120_000
 
 # librdkafka property -> kafka-python keyword
 _KAFKA_PYTHON_NAMES = {
@@ -149,7 +152,7 @@ class Publisher:
     def flush(self, timeout: float = 60.0) -> None:
         raise NotImplementedError
 
-    def close(self, timeout: float = 60.0) -> None:
+    def close(self, timeout: float = DELIVERY_TIMEOUT_MS / 1000 + 10) -> None:
         self.flush(timeout)
         undelivered = self.sent - self.delivered - len(self.failures)
         if self.failures or undelivered:
@@ -161,7 +164,9 @@ class ConfluentPublisher(Publisher):
     def __init__(self, settings: KafkaSettings):
         super().__init__()
         from confluent_kafka import Producer
-        self.producer = Producer(settings.confluent(**{"linger.ms": 20, "message.timeout.ms": 30_000}))
+        # idempotent: a record retried across a broker restart is written once, in order
+        self.producer = Producer(settings.confluent(**{"linger.ms": 20, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
+                                                       "enable.idempotence": True}))
 
     def send(self, topic, key, value, headers):
         while True:
@@ -197,7 +202,7 @@ class KafkaPythonPublisher(Publisher):
     def flush(self, timeout=60.0):
         self.producer.flush(timeout)
 
-    def close(self, timeout=60.0):
+    def close(self, timeout=DELIVERY_TIMEOUT_MS / 1000 + 10):
         try:
             super().close(timeout)
         finally:

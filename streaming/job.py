@@ -172,7 +172,7 @@ class BatchWriter:
             if self._offsets is None:
                 opts = self.source_opts
                 topics = [t for t in opts.get("topics", "").split(",") if t] or None
-                self._offsets = EndOffsets(client_conf(opts), topics, opts.get("topicPattern"))
+                self._offsets = EndOffsets(client_conf(opts), topics, opts.get("topicPattern"), broker_wait_s=0)
             return self._offsets.ends()
         except Exception as exc:        # lag is informative (SourceError or client errors): never fail a batch
             log.warning("could not read end offsets for lag: %s", exc)

@@ -1,17 +1,17 @@
-"""Kafka partition discovery and true end offsets (shared by the source and the progress sink).
-
-The embedded broker's ListOffsets high watermark counts the last record batch as one record, so
-it under-reports the end. `EndOffsets.ends()` therefore reads forward from the reported (or last
-known) end until the partition has nothing more: on a real Kafka cluster that read finds nothing
-at once; on the embedded broker it finds the rest of the last batch.
-"""
+"""Kafka partition discovery and end offsets (shared by the source and the progress sink)."""
+import logging
 import re
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 METADATA_TIMEOUT_S = 10.0
-PROBE_TIMEOUT_S = 10.0
+# How long the source waits for an unreachable broker (stopped, restarting, network down) before
+# it fails the query with a clear message; while it waits no micro-batch starts.
+BROKER_WAIT_S = 180.0
+RETRY_PAUSE_S = 2.0
+
+log = logging.getLogger("dirstream.source")
 
 TopicPartitions = dict[str, dict[str, int]]        # {"topic": {"0": offset, ...}}: Spark's offset JSON
 
@@ -32,17 +32,38 @@ def nest(flat: dict[tuple[str, int], int]) -> TopicPartitions:
 
 
 class EndOffsets:
-    def __init__(self, conf: dict, topics: list[str] | None = None, pattern: str | None = None):
+    def __init__(self, conf: dict, topics: list[str] | None = None, pattern: str | None = None,
+                 broker_wait_s: float = BROKER_WAIT_S):
         self.conf = dict(conf)
         self.topics, self.pattern = topics, re.compile(pattern) if pattern else None
+        self.broker_wait_s = broker_wait_s
         self._consumer: Consumer | None = None
-        self._known_end: dict[tuple[str, int], int] = {}
+
+    def _ask(self, what: str, call):
+        """call(), retried while the broker does not answer, for up to broker_wait_s."""
+        started = time.monotonic()
+        while True:
+            try:
+                return call()
+            except KafkaException as exc:
+                waited = time.monotonic() - started
+                if waited >= self.broker_wait_s:
+                    raise SourceError(f"cannot read {what} from {self.conf.get('bootstrap.servers')}: {exc} "
+                                      f"(the broker did not answer for {waited:.0f} s); start the broker, then "
+                                      f"run the job again: it resumes from its checkpoint") from None
+                if waited == 0 or int(waited) // 30 != int(waited + RETRY_PAUSE_S) // 30:
+                    log.warning("Kafka at %s does not answer (%s); waiting up to %.0f s",
+                                self.conf.get("bootstrap.servers"), exc, self.broker_wait_s)
+                # a client that saw the broker go can keep stale metadata ("Unknown partition") for
+                # minutes after it is back: ask again with a fresh one
+                self.close()
+                time.sleep(RETRY_PAUSE_S)
 
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer({**self.conf, "group.id": self.conf.get("group.id", "dirstream-offsets"),
-                                       "enable.auto.commit": False, "enable.partition.eof": True,
+                                       "enable.auto.commit": False,
                                        # failures surface as SourceError; no librdkafka log chatter
                                        "fetch.wait.max.ms": 10, "log_level": self.conf.get("log_level", 0)})
         return self._consumer
@@ -53,10 +74,7 @@ class EndOffsets:
             self._consumer = None
 
     def partitions(self) -> list[tuple[str, int]]:
-        try:
-            meta = self.consumer.list_topics(timeout=METADATA_TIMEOUT_S)
-        except KafkaException as exc:
-            raise SourceError(f"cannot read Kafka metadata from {self.conf.get('bootstrap.servers')}: {exc}") from None
+        meta = self._ask("Kafka metadata", lambda: self.consumer.list_topics(timeout=METADATA_TIMEOUT_S))
         if self.pattern is not None:
             names = sorted(t for t in meta.topics if self.pattern.fullmatch(t))
         else:
@@ -68,39 +86,13 @@ class EndOffsets:
         return [(t, p) for t in names for p in sorted(meta.topics[t].partitions)]
 
     def low(self, tp: tuple[str, int]) -> int:
-        lo, _hi = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=METADATA_TIMEOUT_S, cached=False)
-        return lo
+        return self._watermarks(tp)[0]
+
+    def _watermarks(self, tp: tuple[str, int]) -> tuple[int, int]:
+        return self._ask(f"the offsets of {tp[0]}[{tp[1]}]", lambda: self.consumer.get_watermark_offsets(
+            TopicPartition(*tp), timeout=METADATA_TIMEOUT_S, cached=False))
 
     def ends(self, partitions: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], int]:
+        """Each partition's high watermark: the offset after its last committed record."""
         partitions = self.partitions() if partitions is None else partitions
-        reported = {}
-        for tp in partitions:
-            _lo, hi = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=METADATA_TIMEOUT_S,
-                                                          cached=False)
-            reported[tp] = max(hi, self._known_end.get(tp, 0))
-        self._known_end.update(self._probe(reported))
-        return {tp: self._known_end[tp] for tp in partitions}
-
-    def _probe(self, reported: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """Read from each reported end until end-of-partition; the last offset seen + 1 is the true end."""
-        ends = dict(reported)
-        if not reported:
-            return ends
-        c = self.consumer
-        c.assign([TopicPartition(t, p, o) for (t, p), o in reported.items()])
-        pending = set(reported)
-        deadline = time.monotonic() + PROBE_TIMEOUT_S
-        while pending and time.monotonic() < deadline:
-            for msg in c.consume(10_000, 0.2):
-                tp = (msg.topic(), msg.partition())
-                err = msg.error()
-                if err is None:
-                    ends[tp] = max(ends[tp], msg.offset() + 1)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(tp)
-                elif err.code() != KafkaError.OFFSET_OUT_OF_RANGE:
-                    raise SourceError(f"reading {tp[0]}[{tp[1]}] failed: {err.str()}")
-                else:
-                    pending.discard(tp)
-        c.unassign()
-        return ends
+        return {tp: self._watermarks(tp)[1] for tp in partitions}

@@ -44,7 +44,7 @@ ARROW_SCHEMA = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()),
 ])
 ARROW_BATCH_ROWS = 10_000
-READ_IDLE_TIMEOUT_S = 60.0
+READ_IDLE_TIMEOUT_S = 240.0          # longer than the driver's wait for an unreachable broker
 
 
 @dataclass
@@ -258,6 +258,8 @@ def _read_records(consumer, part: KafkaInputPartition):
     position, last_data = part.start, time.monotonic()
     while position < part.end:
         batch = consumer.consume(min(ARROW_BATCH_ROWS, part.end - position), 1.0)
+        if not batch and _position(consumer, part) >= part.end:
+            return                              # the rest of the range held no records (transaction markers)
         if not batch and time.monotonic() - last_data > READ_IDLE_TIMEOUT_S:
             raise SourceError(f"{part.topic}[{part.partition}]: no records after offset {position} within "
                               f"{READ_IDLE_TIMEOUT_S:.0f} s, expected up to {part.end - 1}")
@@ -275,6 +277,12 @@ def _read_records(consumer, part: KafkaInputPartition):
             position = offset + 1
         if batch:
             last_data = time.monotonic()
+
+
+def _position(consumer, part: KafkaInputPartition) -> int:
+    from confluent_kafka import TopicPartition
+    (tp,) = consumer.position([TopicPartition(part.topic, part.partition)])
+    return tp.offset
 
 
 def _arrow_batches(records, topic: str, partition: int):

@@ -22,6 +22,7 @@ from .operators.replication_rows import step_rows
 from .wire import WireError, decode
 
 WATERMARK_DELAY = "10 seconds"
+OUTBOUND_CONFIRM_S = 240
 
 
 class MapStateBackend:
@@ -129,8 +130,8 @@ class ReplicationWriter(TableWriter):
         for value, key in records:
             self._producer.produce(target["topic"], value, key)
             self._producer.poll(0)
-        if self._producer.flush(30):
-            raise RuntimeError(f"records not confirmed by Kafka within 30 s ({target['topic']})")
+        if self._producer.flush(OUTBOUND_CONFIRM_S):     # waits out a broker restart; then the batch fails
+            raise RuntimeError(f"records not confirmed by Kafka within {OUTBOUND_CONFIRM_S} s ({target['topic']})")
 
     @staticmethod
     def _object_records(objects: list[dict]):

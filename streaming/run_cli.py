@@ -9,6 +9,7 @@ DEFAULT_CHECKPOINT = "var/checkpoint"
 # The raw query reads a Kafka partition's range in Spark tasks of at most this many records, so that
 # every core stays busy when a few servers (record keys) fill most of the partitions.
 RECORDS_PER_TASK = 25_000
+RAW_TOPIC_PARTITIONS = 4                 # as `produce simulate|replay --partitions` creates them
 from .topics import OUTBOUND_TOPIC  # noqa: E402
 
 
@@ -79,6 +80,12 @@ def _run(args) -> int:
     if args.topic_pattern:
         opts.pop("topics")
         opts["topicPattern"] = args.topic_pattern
+    if not args.topics and not args.topic_pattern:
+        try:
+            _create_missing_raw_topics(args.bootstrap, settings_options, log)
+        except RuntimeError as exc:                # KafkaUnavailable: the broker cannot be reached
+            print(f"dirstream run: {exc}", file=sys.stderr)
+            return 2
     conf = dict(item.split("=", 1) for item in args.spark_conf)
     log.info("reading %s from %s; writing %s; checkpoint %s; master %s", opts.get("topics") or opts["topicPattern"],
              args.bootstrap, args.sink, args.checkpoint, args.master)
@@ -130,6 +137,17 @@ def cn_settings(args):
                     parse_duration_ms(args.cn_window), args.cn_refresh_threshold)
 
 
+def _create_missing_raw_topics(bootstrap: str, options: dict, log) -> None:
+    """A raw topic nothing was published to yet (a replay of one protocol, say) is created empty, so
+    the job starts, and reads it once producers publish there."""
+    from producers.kafka import KafkaSettings, ensure_topics
+    from .topics import TOPICS
+    created = ensure_topics(KafkaSettings(bootstrap, options), {t: RAW_TOPIC_PARTITIONS for t in TOPICS.values()})
+    if created:
+        log.warning("raw topic(s) %s did not exist on %s: created them empty with %d partitions",
+                    ", ".join(sorted(created)), bootstrap, RAW_TOPIC_PARTITIONS)
+
+
 def _ensure_topic(bootstrap: str, options: dict, topic: str) -> None:
     from producers.kafka import KafkaSettings, ensure_topics
     ensure_topics(KafkaSettings(bootstrap, options), {topic: 1})
@@ -158,10 +176,7 @@ def _supervise(queries, log) -> int:
             if any(q.exception() is not None for q in queries if not q.isActive):
                 break
             if stop["requested"]:
-                deadline = time.monotonic() + 600
-                while any(q.isActive and q.status.get("isTriggerActive") for q in queries) \
-                        and time.monotonic() < deadline:
-                    time.sleep(0.2)
+                _stop_between_batches(queries)
                 break
     except KeyboardInterrupt:
         pass
@@ -173,6 +188,18 @@ def _supervise(queries, log) -> int:
         return 1
     log.info("stopped cleanly")
     return 0
+
+
+def _stop_between_batches(queries, timeout: float = 600) -> None:
+    """Stop each query as soon as it is between two micro-batches (each finishes the batch in flight,
+    none starts another one while the others finish theirs)."""
+    pending, deadline = list(queries), time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for q in list(pending):
+            if not q.isActive or not q.status.get("isTriggerActive"):
+                q.stop()
+                pending.remove(q)
+        time.sleep(0.1)
 
 
 def _short(error) -> str:

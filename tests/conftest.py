@@ -35,14 +35,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def broker(tmp_path):
-    """A fresh embedded broker (tansu, memory storage) on its own loopback port."""
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """One Apache Kafka broker (KRaft, logs on disk) for the whole test session."""
     from infra.broker import EmbeddedBroker
-    b = EmbeddedBroker(tmp_path / "broker", port=free_port())
+    b = EmbeddedBroker(tmp_path_factory.mktemp("kafka"), port=free_port())
     b.start()
-    yield b.bootstrap
+    yield b
     b.stop()
+
+
+@pytest.fixture
+def broker(kafka_broker):
+    """The session's broker with no topics but Kafka's own: each test starts from an empty broker."""
+    delete_user_topics(kafka_broker.bootstrap)
+    return kafka_broker.bootstrap
+
+
+def delete_user_topics(bootstrap: str, timeout: float = 60.0) -> None:
+    import time
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        topics = [t for t in admin.list_topics(timeout=10).topics if not t.startswith("__")]
+        if not topics:
+            return
+        for future in admin.delete_topics(topics, operation_timeout=30).values():
+            try:
+                future.result(timeout=30)
+            except Exception:          # already being deleted: the next listing tells
+                pass
+        time.sleep(0.2)
+    raise TimeoutError(f"topics on {bootstrap} were not deleted within {timeout:.0f} s")
 
 
 def consume_all(bootstrap: str, topic: str, expect: int | None = None, idle: float = 2.0, timeout: float = 60.0):
@@ -84,21 +109,25 @@ def spark():
     session.stop()
 
 
-@pytest.fixture
-def pg_url():
-    """A fresh PostgreSQL database on the local server, dropped afterwards."""
-    import uuid
-    import psycopg
-    name = f"dirstream_test_{uuid.uuid4().hex[:10]}"
-    admin = "postgresql://postgres@127.0.0.1:5432/test"
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A PostgreSQL server of the test session's own: a fresh cluster in a temporary directory on a
+    free loopback port, trust authentication, stopped at the end (infra/postgres.py)."""
+    from infra.postgres import PostgresError, TemporaryPostgres
     try:
-        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"PostgreSQL on 127.0.0.1:5432 is needed for this test: {exc}")
-    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        server = TemporaryPostgres(tmp_path_factory.mktemp("postgres"), port=free_port())
+        server.start()
+    except PostgresError as exc:
+        pytest.fail(f"PostgreSQL is needed for this test: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres_server):
+    """A fresh PostgreSQL database on the session's server."""
+    import uuid
+    return postgres_server.create_database(f"dirstream_test_{uuid.uuid4().hex[:10]}")
 
 
 def simulate(bootstrap: str, tmp_path, *args) -> tuple[dict, dict]:

@@ -20,7 +20,7 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 @pytest.fixture
 def browser():
     if not (CHROMIUM and CHROMEDRIVER):
-        pytest.fail("the dashboard test needs Debian's chromium and chromium-driver (.ci/run installs them)")
+        pytest.fail("the dashboard test needs Debian's chromium and chromium-driver (`make test` installs them)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     options = webdriver.ChromeOptions()

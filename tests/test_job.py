@@ -338,28 +338,6 @@ def test_split_summary_and_per_record_paths_write_the_same_tables(spark, broker,
     assert tables["summary"][2][0]["n"] == summary["published"] and tables["summary"][1]
 
 
-def test_offsets_deleted_before_they_were_read_fail_or_are_skipped_and_counted(tmp_path):
-    """Records below the partition's low watermark (retention, DeleteRecords) are gone. The embedded
-    broker cannot delete records, so the source's decision is checked here against a fixed low
-    watermark; the recreated-topic test above covers the same path on the real broker."""
-    from streaming.kafka_offsets import SourceError
-    from streaming.kafka_source import KafkaStreamReader
-    low_watermark = type("LowAt500", (), {"low": staticmethod(lambda tp: 500)})()
-    strict = KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t"})
-    strict._offsets = low_watermark
-    with pytest.raises(SourceError, match=r"offsets 100\.\.499 of t\[0\] were deleted before they were read "
-                                          r"\(earliest available: 500\); restart with --skip-data-loss"):
-        strict.partitions({"t": {"0": 100}}, {"t": {"0": 800}})
-    log = tmp_path / "skipped.jsonl"
-    lenient = KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t", "failOnDataLoss": "false",
-                                 "dataLossLog": str(log)})
-    lenient._offsets = low_watermark
-    assert [(p.start, p.end) for p in lenient.partitions({"t": {"0": 100}}, {"t": {"0": 800}})] == [(500, 800)]
-    assert lenient.partitions({"t": {"1": 100}}, {"t": {"1": 300}}) == []          # all of it gone
-    skipped = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [(s["partition"], s["from"], s["skipped"]) for s in skipped] == [(0, 100, 400), (1, 100, 200)]
-
-
 def test_a_worker_reuses_its_consumer_and_reads_exactly_each_range(broker):
     """Tasks of one Python worker share a consumer (as Spark's Kafka source pools them); a reused
     consumer must read exactly its new range, nothing left over from the previous one."""

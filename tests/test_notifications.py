@@ -108,6 +108,30 @@ def test_v1_delete_needs_mqds_queue_in_the_second_value():
     assert qm.s.queues[guid(1)].deleted
 
 
+def test_an_update_or_delete_naming_its_queue_by_path_name_references_that_queue():
+    """3.2.5.1: "the server MUST update the state of the queue or queue manager object referenced by
+    the PathName field or the GuidIdentifier field". A delete with UseGuid 0x00 (which 2.2.6 says a
+    sender must not send, but which arrives authenticated and well-formed) once made the row
+    building raise and wedged the job."""
+    from streaming.operators.notification_rows import step_rows
+    qm = immediate()
+    qm.receive(v1([create(1), create(2)], T0))
+    by_path = mqcn.new_update(0x01, [P("Q_QMID", QM), P("Q_QUOTA", 5)], DS, path_name="QM\\Q1")
+    qm.receive(v1([by_path], T0 + 1))
+    assert attr(qm, 1, "Q_QUOTA") == 5 and attr(qm, 2, "Q_QUOTA") == 100
+    step_rows(qm)
+    qm.receive(v1([mqcn.new_update(0x02, [P("D_SCOPE", 1), P("D_OBJTYPE", 1)], DS, path_name="qm\\q1")], T0 + 2))
+    assert qm.s.queues[guid(1)].deleted and not qm.s.queues[guid(2)].deleted
+    assert qm.outcomes[-1].outcome == "applied" and qm.outcomes[-1].object_guid == guid(1)
+    qm.receive(v1([mqcn.new_update(0x02, [P("D_SCOPE", 1), P("D_OBJTYPE", 1)], DS, path_name="qm\\q1")], T0 + 3))
+    assert qm.outcomes[-1].outcome == "ignored" and "no queue with this PathName" in qm.outcomes[-1].reason
+    qm.receive(v1([create(3), mqcn.new_update(0x02, [P("D_SCOPE", 1), P("D_OBJTYPE", 1)], DS,
+                                              path_name="qm\\q3")], T0 + 4))       # the message of issue 13
+    assert qm.s.queues[guid(3)].deleted and None not in qm.s.queues
+    rows = step_rows(qm)
+    assert rows and all(r.get("queue_guid", "") is not None for _t, r in rows)
+
+
 @pytest.mark.parametrize("sender, auth, why", [
     ("QueueManagerIdentifier", "None", "AuthenticationLevel None"),
     ("None", "Sig20", "SenderIdentifierType None"),

@@ -224,6 +224,12 @@ class QueueManager:
             values = {PROPIDS[k][0]: v for k, v in props if k in PROPIDS}
             kind = object_type_of(props[0][0]) if command in (0, 1) else MQDS_QUEUE
             action = _v1_action((command, None, path, guid, props))
+            if guid is None and command in (1, 2) and kind == MQDS_QUEUE:
+                guid = self._queue_by_path(path)
+                if guid is None:
+                    self._record(n, i, action, path, "ignored", "no queue with this PathName in the "
+                                 "QueueCollection (3.2.5.1: the update names its queue by PathName)", batch, now)
+                    continue
             if command == 0 and kind == MQDS_QUEUE:
                 self._v1_create(n, i, values, now, batch, action)
             elif command == 1 and kind == MQDS_QUEUE:
@@ -257,6 +263,19 @@ class QueueManager:
                            f"not MQDS_QUEUE (3.2.5.1)"
             else:
                 return f"update {i}: Command {command} is not 0, 1 or 2"
+        return None
+
+    def _queue_by_path(self, path: str | None) -> str | None:
+        """3.2.5.1: "the state of the queue ... referenced by the PathName field or the GuidIdentifier
+        field". A live queue of the QueueCollection with that path name, else None. [INFERENCE] path
+        names compare without regard to case, as MSMQ's do ([MS-MQMQ] 2.1.1 gives only the syntax)."""
+        if not path:
+            return None
+        wanted = path.casefold()
+        for guid, q in self.s.queues.items():
+            name = q.attributes.get("PROPID_Q_PATHNAME")
+            if not q.deleted and isinstance(name, str) and name.casefold() == wanted:
+                return guid
         return None
 
     def _v1_create(self, n, i, values, now, batch, action) -> None:

@@ -1,18 +1,20 @@
-"""Memory over a long run of the raw query (prints figures; not a timed test).
+"""The whole job over a long run (prints figures; not a timed test).
 
-Publishes simulated traffic at a steady rate to a fresh embedded broker while the job runs with
-its normal trigger, and samples the resident memory of the driver, the JVM and the Python workers
-once a minute. Memory "stays flat" when the second half of the run grows by no more than noise.
+Starts a fresh embedded Apache Kafka broker, publishes the simulator's traffic at a steady rate with
+`dirstream produce simulate --rate R --duration S` (a process of its own), and runs the whole job,
+`dirstream run` with all four queries and its normal 2 s trigger, as a user does. Once a minute it
+samples CPU (share of one core over the minute) and resident memory of the broker and of the job
+(driver, JVM and Python workers together, and each part), and what was published, read and lagged.
+Memory "stays flat" when the second half of the run grows by no more than noise.
 
-Run: make soak   (or .venv/bin/python tests/bench/soak_job.py --minutes 20 --rate 800)
-The embedded broker keeps everything in memory, and after about 7 minutes of continuous traffic it
-climbs to a full core whatever the rate (seen at 800 to 4,000 msg/s); the job then falls behind it
-and fetches can stall past the read timeout. Longer soaks here measure the broker, not the job.
+Run: make soak   (or .venv/bin/python tests/bench/soak_job.py --minutes 60 --rate 2000)
 """
 import argparse
-import multiprocessing
+import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,123 +23,176 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from infra.broker import EmbeddedBroker  # noqa: E402
-from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics  # noqa: E402
-from producers.simulator import Faults, Simulator  # noqa: E402
-from streaming.envelope import encode_envelope  # noqa: E402
+from producers.kafka import KafkaSettings, ensure_topics  # noqa: E402
 from streaming.topics import TOPICS  # noqa: E402
 
-
-def publish_steadily(bootstrap: str, rate: int, seconds: float, sent) -> None:
-    """A pool of simulated traffic, pre-encoded, published over and over at `rate` messages/s
-    (in its own process, so that the driver's memory is the job's alone)."""
-    sim = Simulator(seed=3, faults=Faults(corrupt=0.005), op_interval_ms=(100, 500))
-    pool = [(TOPICS[m.protocol], m.key.encode(), encode_envelope(m.envelope)) for m in sim.messages(50_000)]
-    # A second of linger: few, large record batches, as a busy real producer sends them.
-    pub = ConfluentPublisher(KafkaSettings(bootstrap, {"linger.ms": "1000"}))
-    start, i = time.monotonic(), 0
-    while time.monotonic() - start < seconds:
-        due = int((time.monotonic() - start) * rate)
-        while i < due:
-            topic, key, value = pool[i % len(pool)]
-            pub.send(topic, key, value, [])
-            i += 1
-        sent.value = i
-        time.sleep(0.05)
-    pub.close()
+TICKS = os.sysconf("SC_CLK_TCK")
+DIRSTREAM = str(Path(sys.executable).parent / "dirstream")
 
 
-def rss_mb(pid: int) -> float:
+def proc_stat(pid: int) -> tuple[str, int, float, float] | None:
+    """(name, parent pid, CPU seconds, resident MB) of a process, None if it is gone."""
     try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+        with open(f"/proc/{pid}/statm") as fh:
+            resident_pages = int(fh.read().split()[1])
     except OSError:
-        pass
-    return 0.0
+        return None
+    name = stat[stat.index("(") + 1:stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2:].split()
+    cpu = (int(fields[11]) + int(fields[12])) / TICKS
+    return name, int(fields[1]), cpu, resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def descendants(root: int) -> dict[int, str]:
-    """pid -> command name of every process below root."""
-    parent, name = {}, {}
+def tree(root: int) -> dict[int, tuple[str, float, float]]:
+    """pid -> (name, CPU seconds, resident MB) of root and every process below it."""
+    stats = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            name[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
-            parent[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            s = proc_stat(int(entry))
+            if s is not None:
+                stats[int(entry)] = s
     found, frontier = {}, [root]
     while frontier:
         pid = frontier.pop()
-        for child, ppid in parent.items():
-            if ppid == pid and child not in found:
-                found[child] = name[child]
-                frontier.append(child)
+        if pid in stats and pid not in found:
+            name, _ppid, cpu, rss = stats[pid]
+            found[pid] = (name, cpu, rss)
+            frontier.extend(child for child, s in stats.items() if s[1] == pid)
     return found
 
 
-def sample(publisher_pid: int) -> dict[str, float]:
-    procs = descendants(os.getpid())
-    procs.pop(publisher_pid, None)
-    return {"driver": rss_mb(os.getpid()),
-            "jvm": sum(rss_mb(p) for p, n in procs.items() if n == "java"),
-            "python workers": sum(rss_mb(p) for p, n in procs.items() if n.startswith("python")),
-            "workers": sum(1 for n in procs.values() if n.startswith("python"))}
+def job_parts(root: int) -> dict[str, tuple[float, float]]:
+    """CPU seconds and resident MB of the job's driver, its JVM and its Python workers."""
+    parts = {"driver": [0.0, 0.0], "jvm": [0.0, 0.0], "python workers": [0.0, 0.0]}
+    for pid, (name, cpu, rss) in tree(root).items():
+        part = "driver" if pid == root else "jvm" if name == "java" else "python workers"
+        parts[part][0] += cpu
+        parts[part][1] += rss
+    return {k: (v[0], v[1]) for k, v in parts.items()}
+
+
+def sink_figures(url: str) -> dict:
+    from streaming.sinks import open_sink
+    try:
+        sink = open_sink(url)
+    except Exception:
+        return {"rows": 0, "lag": None}
+    try:
+        row = sink.query("SELECT COALESCE(SUM(input_rows), 0) AS n, "
+                         "(SELECT total_lag FROM pipeline_progress ORDER BY finished_at DESC LIMIT 1) AS lag "
+                         "FROM pipeline_progress")[0]
+        return {"rows": int(row["n"]), "lag": row["lag"]}
+    except Exception:
+        return {"rows": 0, "lag": None}
+    finally:
+        sink.close()
+
+
+def published_so_far(log: Path) -> str:
+    """The producer's last progress line ("sent N messages (...) at R msg/s")."""
+    try:
+        text = log.read_text().replace("\r", "\n").strip().splitlines()
+        return text[-1].removeprefix("sent ") if text else "0"
+    except OSError:
+        return "0"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--minutes", type=float, default=20)
-    parser.add_argument("--rate", type=int, default=800, help="messages per second published")
+    parser.add_argument("--minutes", type=float, default=60)
+    parser.add_argument("--rate", type=int, default=2000, help="messages per second published")
+    parser.add_argument("--keep", action="store_true", help="keep the working directory")
     args = parser.parse_args()
-    from streaming.job import build_spark, source_options, start_query
-    from streaming.sinks import open_sink
     workdir = Path(tempfile.mkdtemp(prefix="dirstream-soak-"))
     broker = EmbeddedBroker(workdir / "broker", port=19396)
     broker.start()
-    sent = multiprocessing.Value("q", 0)
-    publisher = multiprocessing.get_context("fork").Process(
-        target=publish_steadily, args=(broker.bootstrap, args.rate, args.minutes * 60, sent), daemon=True)
+    url = f"sqlite:///{workdir}/soak.db"
+    producer_log, job_log = workdir / "producer.log", workdir / "job.log"
+    producer = job = None
     try:
         ensure_topics(KafkaSettings(broker.bootstrap), {t: 4 for t in TOPICS.values()})
-        publisher.start()
-        spark = build_spark("local[2]")
-        url = f"sqlite:///{workdir}/soak.db"
-        query = start_query(spark, sink_url=url, checkpoint=str(workdir / "ckpt"), trigger="2s",
-                            source_opts=source_options(broker.bootstrap), echo=lambda _l: None)
+        job = subprocess.Popen([DIRSTREAM, "run", "--bootstrap", broker.bootstrap, "--sink", url, "--checkpoint",
+                                str(workdir / "ckpt"), "--pec-name", "pec0", "--trigger", "2s"],
+                               stdout=open(job_log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        producer = subprocess.Popen([DIRSTREAM, "produce", "simulate", "--bootstrap", broker.bootstrap, "--seed", "7",
+                                     "--rate", str(args.rate), "--duration", str(args.minutes * 60),
+                                     "--op-interval-ms", "100-500"],
+                                    stdout=subprocess.PIPE, stderr=open(producer_log, "w"), text=True)
+        print(f"whole job, {args.rate:,} msg/s for {args.minutes:g} min on Apache Kafka; once a minute: CPU "
+              f"(% of one core over the minute) and resident memory (MB)", flush=True)
         samples, started = [], time.monotonic()
-        print(f"publishing {args.rate:,} msg/s for {args.minutes} min; resident memory in MB once a minute")
-        while publisher.is_alive():
-            publisher.join(60)
-            if not query.isActive:
-                print(f"the job stopped: {query.exception()}")
+        last_cpu = {"broker": proc_stat(broker.status().pid)[2], "job": 0.0}
+        while producer.poll() is None:
+            try:
+                producer.wait(60)
+            except subprocess.TimeoutExpired:
+                pass
+            if job.poll() is not None:
+                print(f"the job stopped (exit {job.returncode}); see {job_log}")
+                args.keep = True
                 return 1
-            s = sample(publisher.pid)
-            samples.append(s)
-            sink = open_sink(url)
-            rows = sink.query("SELECT COALESCE(SUM(input_rows), 0) AS n, COUNT(*) AS b, "
-                                        "(SELECT total_lag FROM pipeline_progress ORDER BY batch_id DESC LIMIT 1) "
-                                        "AS lag FROM pipeline_progress")[0]
-            sink.close()
-            print(f"  {(time.monotonic() - started) / 60:5.1f} min: published {sent.value:,}, job {int(rows['n']):,} "
-                  f"in {rows['b']} batches (lag {rows['lag']:,}); driver {s['driver']:.0f}, JVM {s['jvm']:.0f}, "
-                  f"{s['workers']} Python workers {s['python workers']:.0f}; "
-                  f"embedded broker {rss_mb(broker.status().pid or 0):.0f}", flush=True)
-        query.stop()
-        spark.stop()
-        half = samples[len(samples) // 2:]
-        for part in ("driver", "jvm", "python workers"):
-            print(f"{part}: {samples[0][part]:.0f} MB at the first minute, {half[0][part]:.0f} at half time, "
-                  f"{samples[-1][part]:.0f} at the end (second half {half[-1][part] - half[0][part]:+.0f} MB)")
+            samples.append(take_sample(broker, job.pid, url, producer_log, last_cpu, started))
+            print(describe(samples[-1]), flush=True)
+        out, _ = producer.communicate()
+        print(f"producer: {out.strip()}")
+        summarize(samples)
     finally:
-        if publisher.is_alive():
-            publisher.terminate()
+        for proc in (producer, job):
+            if proc is not None and proc.poll() is None:
+                if proc is job:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                else:
+                    proc.terminate()
+                try:
+                    proc.wait(120)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
         broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep:
+            print(f"working directory kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def take_sample(broker, job_pid: int, url: str, producer_log: Path, last_cpu: dict, started: float) -> dict:
+    elapsed = time.monotonic() - started
+    _name, _ppid, broker_cpu, broker_rss = proc_stat(broker.status().pid)
+    parts = job_parts(job_pid)
+    job_cpu = sum(cpu for cpu, _rss in parts.values())
+    sample = {"minute": elapsed / 60, "published": published_so_far(producer_log), **sink_figures(url),
+              "broker_cpu": 100 * (broker_cpu - last_cpu["broker"]) / 60, "broker_rss": broker_rss,
+              "job_cpu": 100 * (job_cpu - last_cpu["job"]) / 60 if last_cpu["job"] else None,
+              "job_rss": sum(rss for _cpu, rss in parts.values()),
+              **{f"{k}_rss": rss for k, (_cpu, rss) in parts.items()}}
+    last_cpu.update(broker=broker_cpu, job=job_cpu)
+    return sample
+
+
+def describe(s: dict) -> str:
+    job_cpu = "  -  " if s["job_cpu"] is None else f"{s['job_cpu']:4.0f}%"
+    return (f"  {s['minute']:5.1f} min: published {s['published']}; job read {s['rows']:,} (lag {s['lag']}); "
+            f"broker CPU {s['broker_cpu']:4.0f}% RSS {s['broker_rss']:5.0f}; job CPU {job_cpu} RSS {s['job_rss']:5.0f} "
+            f"(driver {s['driver_rss']:.0f}, JVM {s['jvm_rss']:.0f}, Python workers {s['python workers_rss']:.0f})")
+
+
+def summarize(samples: list[dict]) -> None:
+    if len(samples) < 4:
+        print("too short a run to judge the second half")
+        return
+    half = samples[len(samples) // 2:]
+    for key, label in (("broker_rss", "broker"), ("job_rss", "job"), ("driver_rss", "driver"), ("jvm_rss", "JVM"),
+                       ("python workers_rss", "Python workers")):
+        print(f"{label} resident MB: {samples[0][key]:.0f} at the first minute, {half[0][key]:.0f} at half time, "
+              f"{samples[-1][key]:.0f} at the end (second half {half[-1][key] - half[0][key]:+.0f} MB, "
+              f"range {min(s[key] for s in half):.0f}..{max(s[key] for s in half):.0f})")
+    for key, label in (("broker_cpu", "broker"), ("job_cpu", "job")):
+        values = [s[key] for s in half if s[key] is not None]
+        print(f"{label} CPU in the second half: {min(values):.0f}..{max(values):.0f} % of one core "
+              f"(mean {sum(values) / len(values):.0f} %)")
+    print(json.dumps({"lag_second_half": [s["lag"] for s in half]}))
 
 
 if __name__ == "__main__":
