@@ -7,8 +7,10 @@ import subprocess
 import time
 
 import pytest
+
 from conftest import consume_all, dirstream, free_port, vector
 
+from infra.broker import KAFKA_VERSION
 from producers.kafka import OUTBOUND_TOPIC, TOPICS, KafkaSettings
 from producers.publish import publish_envelope
 from producers.kafka import ConfluentPublisher
@@ -39,6 +41,22 @@ def test_broker_commands(tmp_path):
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     after = dirstream("broker", "status", "--port", port, "--state-dir", state)
     assert after.returncode == 1 and "not running" in after.stdout
+
+
+def test_broker_start_says_what_is_missing(tmp_path):
+    """Without Java, or without the Kafka jars and Maven to fetch them, `broker start` says so (exit 1)."""
+    import os
+    import shutil
+    from pathlib import Path
+    port, state = str(free_port()), str(tmp_path / "state")
+    no_java = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"} | {"PATH": str(tmp_path)}
+    done = dirstream("broker", "start", "--port", port, "--state-dir", state, env=no_java)
+    assert done.returncode == 1 and "Java (17 or later) is needed" in done.stderr
+    java_home = Path(os.path.realpath(shutil.which("java"))).parents[1]
+    no_maven = no_java | {"JAVA_HOME": str(java_home), "DIRSTREAM_KAFKA_JARS": str(tmp_path / "no-jars")}
+    done = dirstream("broker", "start", "--port", port, "--state-dir", state, env=no_maven)
+    assert done.returncode == 1 and "Maven (mvn) is not installed" in done.stderr
+    assert f"kafka_2.13-{KAFKA_VERSION}.jar" in done.stderr
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])

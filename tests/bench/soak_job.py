@@ -123,17 +123,19 @@ def main() -> int:
         print(f"whole job, {args.rate:,} msg/s for {args.minutes:g} min on Apache Kafka; once a minute: CPU "
               f"(% of one core over the minute) and resident memory (MB)", flush=True)
         samples, started = [], time.monotonic()
-        last_cpu = {"broker": proc_stat(broker.status().pid)[2], "job": 0.0}
+        last_cpu = {"broker": proc_stat(broker.status().pid)[2], "job": cpu_of_tree(job.pid),
+                    "producer": cpu_of_tree(producer.pid), "at": time.monotonic()}
         while producer.poll() is None:
             try:
                 producer.wait(60)
+                break                                   # the run is over: no partial minute
             except subprocess.TimeoutExpired:
                 pass
             if job.poll() is not None:
                 print(f"the job stopped (exit {job.returncode}); see {job_log}")
                 args.keep = True
                 return 1
-            samples.append(take_sample(broker, job.pid, url, producer_log, last_cpu, started))
+            samples.append(take_sample(broker, job.pid, producer.pid, url, producer_log, last_cpu, started))
             print(describe(samples[-1]), flush=True)
         out, _ = producer.communicate()
         print(f"producer: {out.strip()}")
@@ -157,25 +159,34 @@ def main() -> int:
     return 0
 
 
-def take_sample(broker, job_pid: int, url: str, producer_log: Path, last_cpu: dict, started: float) -> dict:
-    elapsed = time.monotonic() - started
+def cpu_of_tree(root: int) -> float:
+    return sum(cpu for _name, cpu, _rss in tree(root).values())
+
+
+def take_sample(broker, job_pid: int, producer_pid: int, url: str, producer_log: Path, last_cpu: dict,
+                started: float) -> dict:
+    """CPU over the interval since the last sample (live processes; a worker that exited takes its
+    CPU seconds with it), resident memory now."""
+    now = time.monotonic()
+    interval = now - last_cpu["at"]
     _name, _ppid, broker_cpu, broker_rss = proc_stat(broker.status().pid)
     parts = job_parts(job_pid)
-    job_cpu = sum(cpu for cpu, _rss in parts.values())
-    sample = {"minute": elapsed / 60, "published": published_so_far(producer_log), **sink_figures(url),
-              "broker_cpu": 100 * (broker_cpu - last_cpu["broker"]) / 60, "broker_rss": broker_rss,
-              "job_cpu": 100 * (job_cpu - last_cpu["job"]) / 60 if last_cpu["job"] else None,
+    job_cpu, producer_cpu = sum(cpu for cpu, _rss in parts.values()), cpu_of_tree(producer_pid)
+    sample = {"minute": (now - started) / 60, "published": published_so_far(producer_log), **sink_figures(url),
+              "broker_cpu": 100 * (broker_cpu - last_cpu["broker"]) / interval, "broker_rss": broker_rss,
+              "job_cpu": 100 * max(job_cpu - last_cpu["job"], 0) / interval,
+              "producer_cpu": 100 * max(producer_cpu - last_cpu["producer"], 0) / interval,
               "job_rss": sum(rss for _cpu, rss in parts.values()),
               **{f"{k}_rss": rss for k, (_cpu, rss) in parts.items()}}
-    last_cpu.update(broker=broker_cpu, job=job_cpu)
+    last_cpu.update(broker=broker_cpu, job=job_cpu, producer=producer_cpu, at=now)
     return sample
 
 
 def describe(s: dict) -> str:
-    job_cpu = "  -  " if s["job_cpu"] is None else f"{s['job_cpu']:4.0f}%"
     return (f"  {s['minute']:5.1f} min: published {s['published']}; job read {s['rows']:,} (lag {s['lag']}); "
-            f"broker CPU {s['broker_cpu']:4.0f}% RSS {s['broker_rss']:5.0f}; job CPU {job_cpu} RSS {s['job_rss']:5.0f} "
-            f"(driver {s['driver_rss']:.0f}, JVM {s['jvm_rss']:.0f}, Python workers {s['python workers_rss']:.0f})")
+            f"CPU broker {s['broker_cpu']:3.0f}% job {s['job_cpu']:3.0f}% producer {s['producer_cpu']:3.0f}%; "
+            f"RSS broker {s['broker_rss']:4.0f} job {s['job_rss']:4.0f} (driver {s['driver_rss']:.0f}, "
+            f"JVM {s['jvm_rss']:.0f}, Python workers {s['python workers_rss']:.0f})")
 
 
 def summarize(samples: list[dict]) -> None:
@@ -188,8 +199,8 @@ def summarize(samples: list[dict]) -> None:
         print(f"{label} resident MB: {samples[0][key]:.0f} at the first minute, {half[0][key]:.0f} at half time, "
               f"{samples[-1][key]:.0f} at the end (second half {half[-1][key] - half[0][key]:+.0f} MB, "
               f"range {min(s[key] for s in half):.0f}..{max(s[key] for s in half):.0f})")
-    for key, label in (("broker_cpu", "broker"), ("job_cpu", "job")):
-        values = [s[key] for s in half if s[key] is not None]
+    for key, label in (("broker_cpu", "broker"), ("job_cpu", "job"), ("producer_cpu", "producer")):
+        values = [s[key] for s in half]
         print(f"{label} CPU in the second half: {min(values):.0f}..{max(values):.0f} % of one core "
               f"(mean {sum(values) / len(values):.0f} %)")
     print(json.dumps({"lag_second_half": [s["lag"] for s in half]}))
