@@ -13,6 +13,7 @@ from .sinks import open_sink, utcnow
 from .topics import TOPICS
 
 log = logging.getLogger("dirstream.job")
+DRIVER_MEMORY = "4g"
 
 
 def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf: dict | None = None):
@@ -30,7 +31,10 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
                .config("spark.python.worker.reuse", "true")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.adaptive.enabled", "false")          # not supported in streaming anyway
-               .config("spark.sql.debug.maxToStringFields", "100"))
+               .config("spark.sql.debug.maxToStringFields", "100")
+               # Spark's 1 GB default driver heap ran out in the soak (200,000-record batches of
+               # four queries under a backlog, local mode); --spark-conf spark.driver.memory=... overrides
+               .config("spark.driver.memory", DRIVER_MEMORY))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -28,6 +28,7 @@ class Table:
 
 
 TABLES: dict[str, Table] = {}
+SQLITE_LOCK_WAIT_S = 600
 
 
 def table(name, columns, key, mode="insert", counters=(), keep_min=(), keep_max=()) -> Table:
@@ -217,7 +218,9 @@ class SQLiteSink(Sink):
         if not path:
             raise SinkError(f"sqlite URL {self.url!r} names no file")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        # The four queries write one SQLite file; under a backlog one batch's transaction took longer
+        # than 30 s and the next writer failed with "database is locked" (soak): writers wait instead.
+        conn = sqlite3.connect(path, timeout=SQLITE_LOCK_WAIT_S, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")          # readers (the dashboard) watch while the job writes
         conn.execute("PRAGMA synchronous=NORMAL")
         return _SQLiteConnection(conn)
