@@ -191,7 +191,7 @@ class EmbeddedBroker:
 
     def _write_config(self) -> Path:
         """server.properties for a single node; the controller listens on a free port of its own."""
-        controller = f"{self.host}:{_free_port(self.host)}"
+        controller = f"{self.host}:{free_port(self.host)}"
         (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
         config = self.state_dir / "server.properties"
         config.write_text("\n".join([
@@ -278,7 +278,8 @@ def _port_in_use(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A TCP port nothing listens on now (the controller's, and the tests' brokers and servers)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -28,11 +28,7 @@ def wire_error(protocol: str, body: bytes):
     return info.value
 
 
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from infra.broker import free_port  # noqa: E402,F401  (the tests import it from here)
 
 
 @pytest.fixture(scope="session")
