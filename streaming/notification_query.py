@@ -55,16 +55,18 @@ class NotificationProcessor(StatefulProcessor):
                 qm.receive(notification_from(msg, message_id=row.message_id, arrival_ms=int(row.event_ms),
                                              sender_identifier_type=row.sender_identifier_type,
                                              authentication_level=row.authentication_level,
-                                             source=row.source_machine), row.destination_machine)
-        yield from self._finish(qm)
+                                             source=row.source_machine,
+                                             destination_queue=row.destination_queue), row.destination_machine)
+        yield from self._finish(qm, timerValues.getCurrentWatermarkInMs())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         qm = self._load(key[0])
         # every timer due by the watermark, in order: one fired timer may arm another already due
         qm.on_timer(max(expiredTimerInfo.getExpiryTimeInMs(), timerValues.getCurrentWatermarkInMs()))
-        yield from self._finish(qm)
+        yield from self._finish(qm, timerValues.getCurrentWatermarkInMs())
 
-    def _finish(self, qm: QueueManager):
+    def _finish(self, qm: QueueManager, watermark_ms: int):
+        qm.forget_versions(watermark_ms)
         rows = step_rows(qm)
         self.state.update((pickle.dumps(qm.s, protocol=5),))
         replace_timers(self.handle, qm.next_timer_ms())
@@ -76,7 +78,8 @@ class NotificationProcessor(StatefulProcessor):
 
 
 COLUMNS = ["qm_key", "event_time", "event_ms", "kind", "topic", "partition", "offset", "body", "message_id",
-           "sender_identifier_type", "authentication_level", "source_machine", "destination_machine"]
+           "sender_identifier_type", "authentication_level", "source_machine", "destination_machine",
+           "destination_queue"]
 
 
 def notification_stream(spark, traffic_opts: dict, objects_opts: dict, settings: Settings):
@@ -98,7 +101,8 @@ def notification_stream(spark, traffic_opts: dict, objects_opts: dict, settings:
                .withColumn("sender_identifier_type", F.lit(None).cast("string"))
                .withColumn("authentication_level", F.lit(None).cast("string"))
                .withColumn("source_machine", F.lit(None).cast("string"))
-               .withColumn("destination_machine", F.lit(None).cast("string")))
+               .withColumn("destination_machine", F.lit(None).cast("string"))
+               .withColumn("destination_queue", F.lit(None).cast("string")))
     with_ms = lambda df: df.withColumn("event_ms", (F.unix_micros("event_time") / 1000).cast("long"))  # noqa: E731
     union = with_ms(traffic).select(*COLUMNS).unionByName(with_ms(objects).select(*COLUMNS))
     # MQSD rows only move the clock. They are not filtered out here: a filter would be pushed below

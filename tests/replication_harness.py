@@ -77,7 +77,8 @@ class OfflineJob:
                 qm.receive(notification_from(msg, message_id=env["message_id"], arrival_ms=arrival_ms(env),
                                              sender_identifier_type=env["sender_identifier_type"],
                                              authentication_level=env["authentication_level"],
-                                             source=env["source_machine"]), env["destination_machine"])
+                                             source=env["source_machine"],
+                                             destination_queue=env["destination_queue"]), env["destination_machine"])
             self._collect_qm(qm)
         self.fire_qm_timers(self.max_event_ms - self.watermark_delay_ms)
 

@@ -13,11 +13,20 @@ or, if 100 or more arrived, they are dropped and every queue the queue manager o
 from the directory. `immediate` mode processes each notification on arrival (NT 4 / Windows 2000).
 
 Reading the directory (v2 events 1, 2 and 4, and the refresh): the directory is the MQDSRP
-replicas. The read is "as of" the processing time: the latest replica version whose event time
-is not later. A version that reaches this operator late (the replicas are computed by another
-streaming query) but is not later than a read corrects that read, so the result does not depend
-on how far the two queries are apart. An object no replica holds yet leaves its notification
-unresolved until the object appears.
+replicas. The read is "as of" the processing time (note <3>: the state "when the timer expires"):
+of the versions any replica had by then, the one with the highest sequence number. Every version
+a read at a pending timer (or at a later arrival) can still need is kept; older ones are folded
+into the newest of them (`forget_versions`). A version that reaches this operator late (the
+replicas are computed by another streaming query) but is not later than a read corrects that
+read, for the attributes no later notification set: it never undoes what a later notification
+did (a delete, a create, a v1 update). An object no replica holds yet leaves its notification
+`unresolved` until the object appears, for at most UNRESOLVED_WAIT_MS of event time.
+
+Duplicates: MQCN 2.1 carries notifications over [MS-MQQB], whose 3.1.5.8.1 discards a
+non-transactional message whose MessageID is in the MessageIDHistoryTable. The history is kept per
+queue manager for MESSAGE_ID_HISTORY_MS after a message id was last seen (MQQB note <47>: the
+cleanup timer's default is 30 minutes); a copy is recorded as `duplicate` (update_index -1 for the
+first copy, -2 for the second, ...) and neither counted towards a batch nor applied.
 """
 from dataclasses import dataclass, field
 
@@ -28,7 +37,10 @@ from ..wire.propids import PROPIDS
 
 MQDS_QUEUE, MQDS_MACHINE = 1, 2
 MINUTE = 60_000
-VERSIONS_KEPT = 2                    # directory versions kept per object and replica for "as of" reads
+NOTIFY_QUEUE_NUMBER = "3"             # MQCN 1.9: NOTIFY_QUEUE_PRIVATE is private queue 3
+MESSAGE_ID_HISTORY_MS = 30 * MINUTE   # [MS-MQQB] 3.1.2.8 and note <47>: the history cleanup timeout
+UNRESOLVED_WAIT_MS = 15 * MINUTE      # [INFERENCE] how long a read waits for a replica to show its object
+APPEARED = "resolved when the object appeared in a replica"
 
 # [MS-MQDMPR] 3.1.7.1.33 Set Queue Defaults, as PROPIDs (revision 17 of MQCN 3.2.5.1).
 QUEUE_DEFAULTS = {"PROPID_Q_LABEL": "", "PROPID_Q_TYPE": GUID_NULL, "PROPID_Q_JOURNAL": 0, "PROPID_Q_QUOTA": 0xFFFFFFFF,
@@ -71,6 +83,7 @@ class Notification:
     event: str | None = None                          # v2
     object_guid: str | None = None
     domain_controller: str | None = None
+    destination_queue: str | None = None              # the format name it was sent to (None: not known)
 
 
 @dataclass
@@ -92,6 +105,8 @@ class QueueRecord:
     updated_ms: int = 0
     read_ms: int | None = None                        # when last read from the directory
     read_event_ms: int | None = None                  # event time of the version that read used
+    read_seq: int | None = None                       # sequence number of that version
+    since_read: set = field(default_factory=set)      # attributes (and "deleted") set by later notifications
 
 
 @dataclass
@@ -103,6 +118,8 @@ class QMState:
     security: object = None
     qm_read_ms: int | None = None
     qm_read_event_ms: int | None = None
+    qm_read_seq: int | None = None
+    qm_since_read: set = field(default_factory=set)
     updated_ms: int = 0
     queues: dict[str, QueueRecord] = field(default_factory=dict)
     pending: list[Notification] = field(default_factory=list)
@@ -111,8 +128,10 @@ class QMState:
     last_processed_ms: int | None = None
     batches: int = 0
     directory: dict[str, list[Version]] = field(default_factory=dict)
-    unresolved: dict[str, list[tuple[str, int, str, int]]] = field(default_factory=dict)
-    # object guid -> [(message_id, index, event, batch)]
+    unresolved: dict[str, list[tuple[str, int, str, int, int]]] = field(default_factory=dict)
+    # object guid -> [(message_id, arrival_ms, event, batch, read_ms)]
+    message_ids: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # MessageIDHistoryTable: message id -> (last seen arrival_ms, copies seen), oldest first
 
 
 @dataclass
@@ -122,7 +141,7 @@ class Outcome:
     version: int
     action: str                       # the v1 command or v2 event, in words
     object_guid: str | None
-    outcome: str                      # applied | discarded | unresolved | superseded-by-refresh | ignored
+    outcome: str                      # applied | discarded | unresolved | superseded-by-refresh | ignored | duplicate
     reason: str | None
     batch: int | None
     arrival_ms: int
@@ -151,13 +170,66 @@ class QueueManager:
     def receive(self, n: Notification, destination_name: str | None = None) -> None:
         if destination_name:
             self.s.machine_name = destination_name
+        if self._is_copy(n):
+            return
+        if not is_notification_queue(n.destination_queue):
+            self._record(n, 0, self._action(n), n.object_guid, "ignored", f"sent to {n.destination_queue}, not "
+                         f"the notification queue PRIVATE=<GUID>\\3 (MQCN 1.9)", None, n.arrival_ms)
+            return
         if self.settings.mode == "immediate":
             self.s.batches += 1
-            self._process(n, n.arrival_ms, self.s.batches)
+            self.process(n, n.arrival_ms, self.s.batches)
             self.batches.append(Batch(self.s.batches, None, n.arrival_ms, 1, False))
             self.s.last_processed_ms = n.arrival_ms
             return
         self.s.pending.append(n)
+        self._arm(n)
+
+    def _is_copy(self, n: Notification) -> bool:
+        """[MS-MQQB] 3.1.5.8.1 duplicate detection: a message id in the history is discarded (and its
+        entry's time stamp renewed); entries not seen for MESSAGE_ID_HISTORY_MS are forgotten (3.1.6.7)."""
+        history = self.s.message_ids
+        while history:
+            oldest = next(iter(history))
+            if history[oldest][0] >= n.arrival_ms - MESSAGE_ID_HISTORY_MS:
+                break
+            del history[oldest]
+        seen = history.pop(n.message_id, None)
+        copies = seen[1] + 1 if seen else 0
+        history[n.message_id] = (n.arrival_ms, copies)
+        if copies:
+            self._record(n, -copies, self._action(n), n.object_guid, "duplicate", "a copy of a message already "
+                         "received: discarded ([MS-MQQB] 3.1.5.8.1, MessageIDHistoryTable)", None, n.arrival_ms)
+        return bool(copies)
+
+    def next_timer_ms(self) -> int | None:
+        due = [t for t in (self.s.timer_ms, self._next_unresolved_deadline()) if t is not None]
+        return min(due) if due else None
+
+    def on_timer(self, now_ms: int) -> None:
+        """Fire every timer due by now_ms, in event-time order. A batch holds the notifications that
+        arrived before its timer fired; later ones (a micro-batch can bring them together) start the
+        next window as if they had arrived after it. Then forget what no later read can need."""
+        while True:
+            deadline = self._next_unresolved_deadline()
+            batch_due = self.s.timer_ms is not None and self.s.timer_ms <= now_ms
+            if deadline is not None and deadline <= now_ms and (not batch_due or deadline < self.s.timer_ms):
+                self._give_up_unresolved(deadline)
+            elif batch_due:
+                fired = self.s.timer_ms
+                due = [n for n in self.s.pending if n.arrival_ms <= fired]
+                later = [n for n in self.s.pending if n.arrival_ms > fired]
+                self._fire(fired, due)
+                self.s.pending = []
+                for n in sorted(later, key=lambda m: m.arrival_ms):
+                    self.s.pending.append(n)
+                    self._arm(n)
+            else:
+                break
+        self.forget_versions(now_ms)
+
+    def _arm(self, n: Notification) -> None:
+        """Note <3>: a notification that finds no timer running arms one."""
         if self.s.timer_ms is None:
             last = self.s.last_processed_ms
             if last is None or n.arrival_ms - last > self.settings.quiet_ms:
@@ -165,22 +237,6 @@ class QueueManager:
             else:
                 self.s.timer_ms = last + self.settings.window_ms        # "the remainder of the 15 minutes"
             self.s.timer_started_ms = n.arrival_ms
-
-    def next_timer_ms(self) -> int | None:
-        return self.s.timer_ms
-
-    def on_timer(self, now_ms: int) -> None:
-        """Fire every timer due by now_ms, in event-time order. A batch holds the notifications that
-        arrived before its timer fired; later ones (a micro-batch can bring them together) start the
-        next window as if they had arrived after it."""
-        while self.s.timer_ms is not None and self.s.timer_ms <= now_ms:
-            fired = self.s.timer_ms
-            due = [n for n in self.s.pending if n.arrival_ms <= fired]
-            later = [n for n in self.s.pending if n.arrival_ms > fired]
-            self._fire(fired, due)
-            self.s.pending = []
-            for n in sorted(later, key=lambda m: m.arrival_ms):
-                self.receive(n)
 
     def _fire(self, fired: int, pending: list[Notification]) -> None:
         self.s.batches += 1
@@ -196,17 +252,22 @@ class QueueManager:
                              f"{len(pending)} notifications in one window: all public queues refreshed instead "
                              f"(MQCN note <3>)", batch, fired)
             self.refresh_all(fired)
+            self._await_announced_queues(pending, fired, batch)
         else:
             for n in sorted(pending, key=lambda m: m.arrival_ms):
-                self._process(n, fired, batch)
+                self.process(n, fired, batch)
         self.batches.append(Batch(batch, self.s.timer_started_ms, fired, len(pending), refresh))
         self.s.timer_ms = self.s.timer_started_ms = None
         self.s.last_processed_ms = fired
 
     # ------------------------------------------------------------ 3.2.5 processing
-    def _process(self, n: Notification, now: int, batch: int) -> None:
+    def process(self, n: Notification, now: int, batch: int) -> None:
+        """3.2.5: one message processed at `now` (at arrival in immediate mode, else when its timer fires)."""
         if n.version == 1:
             self._process_v1(n, now, batch)
+        elif n.version == 2 and self.settings.mode == "immediate":
+            self._record(n, 0, self._action(n), n.object_guid, "ignored", "immediate mode is NT 4 / Windows 2000, "
+                         "which process only the directory service's version 1 messages (note <4>)", batch, now)
         elif n.version == 2:
             self._process_v2(n, now, batch)
         else:
@@ -238,6 +299,7 @@ class QueueManager:
                 for name, attr in V1_QM_UPDATE.items():
                     if name in values:
                         setattr(self.s, attr, values[name])
+                        self.s.qm_since_read.add(name)
                 self.s.updated_ms, self.qm_touched = now, True
                 self._record(n, i, action, guid, "applied", None, batch, now)
             elif command == 2:
@@ -286,7 +348,7 @@ class QueueManager:
             self._record(n, i, action, None, "ignored", "no PROPID_Q_INSTANCE: the queue has no identifier",
                          batch, now)
             return
-        self.s.queues[guid] = QueueRecord(attrs, False, n.message_id, now)
+        self.s.queues[guid] = QueueRecord(attrs, False, n.message_id, now)      # no read left to correct
         self.queues_touched.add(guid)
         self._record(n, i, action, guid, "applied", None, batch, now)
 
@@ -295,13 +357,17 @@ class QueueManager:
         if q is None or q.deleted:
             self._record(n, i, action, guid, "ignored", "no such queue in the QueueCollection", batch, now)
             return
-        q.attributes.update({k: values[k] for k in V1_QUEUE_UPDATE if k in values})
+        changed = {k: values[k] for k in V1_QUEUE_UPDATE if k in values}
+        q.attributes.update(changed)
+        q.since_read.update(changed)
         q.last_notification, q.updated_ms = n.message_id, now
         self.queues_touched.add(guid)
         self._record(n, i, action, guid, "applied", None, batch, now)
 
     def _delete(self, n, i, guid, now, batch, action) -> None:
-        for message_id, arrival, event, b in self.s.unresolved.pop(guid, []):
+        for message_id, arrival, event, b, _read in self.s.unresolved.pop(guid, []):
+            if message_id is None:
+                continue
             # the queue is gone before any replica showed it: nothing left to read
             self.outcomes.append(Outcome(message_id, 0, 2, V2_EVENTS.get(event, event), guid, "ignored",
                                          "the queue was deleted before any replica held it", b, arrival, now))
@@ -309,24 +375,84 @@ class QueueManager:
         if q is None:
             q = self.s.queues[guid] = QueueRecord({"PROPID_Q_INSTANCE": guid})
         q.deleted, q.last_notification, q.updated_ms = True, n.message_id, now
+        q.since_read.add("deleted")
         self.queues_touched.add(guid)
         self._record(n, i, action, guid, "applied", None, batch, now)
 
     def _process_v2(self, n: Notification, now: int, batch: int) -> None:
-        """3.2.5.2: events 1, 2 and 4 read the object from the directory; 3 deletes without a read."""
-        action = self._action(n)
+        """3.2.5.2: events 1 and 2 read a queue, 4 the queue manager; 3 deletes without a read."""
+        action, guid = self._action(n), n.object_guid
         if n.event == "3":
-            self._delete(n, 0, n.object_guid, now, batch, action)
-        elif n.event in ("1", "2", "4"):
-            if self._read_into(n.object_guid, now, n.message_id, n.event):
-                self._record(n, 0, action, n.object_guid, "applied", None, batch, now)
-                return
-            self.s.unresolved.setdefault(n.object_guid, []).append((n.message_id, n.arrival_ms, n.event, batch))
-            self._record(n, 0, action, n.object_guid, "unresolved", "no replica holds the object yet: "
-                         "retried when it appears", batch, now)
+            self._delete(n, 0, guid, now, batch, action)
+            return
+        if n.event not in ("1", "2", "4"):
+            self._record(n, 0, action, guid, "ignored", f"Event {n.event} is not 1 to 4 (note <10>)", batch, now)
+            return
+        if n.event == "2" and guid not in self.s.unresolved and (guid not in self.s.queues or self.s.queues[guid].deleted):
+            self._record(n, 0, action, guid, "ignored", "no such queue in the QueueCollection (3.2.5.2 Event 2 "
+                         "updates the corresponding Queue; only Event 1 creates)", batch, now)
+            return
+        wanted = "machine" if n.event == "4" else "queue"
+        v = None if guid in self.s.unresolved else self._read(guid, now, wanted)
+        later = None if v is not None or guid in self.s.unresolved else self._first_after(guid, now, wanted)
+        if later is not None:            # as if it had waited for the object to appear (see _resolve)
+            done = max(later.event_ms, now)
+            outcome, reason = self._apply_read(guid, n.event, later, done, n.message_id)
+            self._record(n, 0, action, guid, outcome, reason or APPEARED, batch, done)
+        elif v is None and guid not in self.s.unresolved and self._holds_other_type(guid, wanted):
+            self._record(n, 0, action, guid, "ignored", f"the directory holds {guid} but not as a {wanted} "
+                         f"(3.2.5.2: Read Directory with iDirectoryObjectType {wanted!r} returns nothing)", batch, now)
+        elif v is None:
+            self.s.unresolved.setdefault(guid, []).append((n.message_id, n.arrival_ms, n.event, batch, now))
+            self._record(n, 0, action, guid, "unresolved", "no replica holds the object yet: retried when it "
+                         "appears", batch, now)
         else:
-            self._record(n, 0, action, n.object_guid, "ignored", f"Event {n.event} is not 1 to 4 (note <10>)",
-                         batch, now)
+            self._record(n, 0, action, guid, *self._apply_read(guid, n.event, v, now, n.message_id), batch, now)
+
+    def _apply_read(self, guid: str, event: str, v: Version, now: int, message_id: str | None) -> tuple[str, str | None]:
+        """Apply what Read Directory returned for event 1, 2 or 4: (outcome, reason)."""
+        if v.deleted:
+            # Decision (issue 20): a queue the directory has deleted is not returned by Read Directory
+            # ([MS-MQDMPR] 3.1.7.1.20 leaves the result of a failed read undefined) and 3.2.5.2 deletes
+            # only on Event 3: the QueueCollection is left as it is.
+            return "ignored", "the directory holds the object as deleted: Read Directory returns nothing " \
+                              "(3.2.5.2 deletes only on Event 3)"
+        if event == "4":
+            self._apply_machine(v, now)
+        elif event == "1":               # Create Queue with a copy of the returned Queue
+            self.s.queues[guid] = QueueRecord({"PROPID_Q_INSTANCE": guid})
+            self._apply_queue(guid, v, now, message_id)
+        else:
+            self._apply_queue(guid, v, now, message_id)
+        return "applied", None
+
+    def _holds_other_type(self, guid: str, wanted: str) -> bool:
+        return any(v.object_type != wanted for v in self.s.directory.get(guid, []))
+
+    # ------------------------------------------------------------ unresolved reads
+    def _next_unresolved_deadline(self) -> int | None:
+        reads = [entry[4] for entries in self.s.unresolved.values() for entry in entries]
+        return min(reads) + UNRESOLVED_WAIT_MS if reads else None
+
+    def _give_up_unresolved(self, deadline: int) -> None:
+        """[INFERENCE] A read whose object no replica showed within UNRESOLVED_WAIT_MS gets its final
+        outcome: the object is not in this queue manager's directory (another queue manager's object,
+        or one never replicated), as a Read Directory that finds nothing."""
+        for guid in sorted(self.s.unresolved):
+            entries = self.s.unresolved[guid]
+            expired = [e for e in entries if e[4] + UNRESOLVED_WAIT_MS <= deadline]
+            for message_id, arrival, event, batch, _read in expired:
+                if message_id is None:
+                    continue                     # a refresh's read: no outcome of its own
+                self.outcomes.append(Outcome(message_id, 0, 2, V2_EVENTS.get(event, event), guid, "ignored",
+                                             f"no replica of this queue manager's directory showed the object within "
+                                             f"{UNRESOLVED_WAIT_MS // MINUTE} minutes: Read Directory found nothing",
+                                             batch, arrival, deadline))
+            remaining = [e for e in entries if e not in expired]
+            if remaining:
+                self.s.unresolved[guid] = remaining
+            else:
+                del self.s.unresolved[guid]
 
     # ------------------------------------------------------------ the directory (Read Directory)
     def directory_object(self, guid: str, version: Version) -> None:
@@ -334,43 +460,62 @@ class QueueManager:
         versions = self.s.directory.setdefault(guid, [])
         versions.append(version)
         versions.sort(key=lambda v: (v.event_ms, v.seq_number))
-        per_server = [v for v in versions if v.server == version.server]
-        for old in per_server[:-VERSIONS_KEPT]:          # a few recent versions per replica
-            versions.remove(old)
         if guid == self.s.machine_id and self.s.quota is None and version.object_type == "machine":
             # [INFERENCE] A queue manager knows its own attributes before any notification changes
             # them (it registered its machine object itself): taken from the directory until then.
             self._apply_machine(version, version.event_ms)
             self.s.qm_read_ms = None
         self._late_correction(guid, version)
-        for message_id, arrival, event, batch in self.s.unresolved.pop(guid, []):
-            self._read_into(guid, max(version.event_ms, arrival), message_id, event, exact=version)
-            self.outcomes.append(Outcome(message_id, 0, 2, V2_EVENTS.get(event, event), guid, "applied",
-                                         "resolved when the object appeared in a replica", batch, arrival,
-                                         version.event_ms))
+        self._resolve(guid, version)
+
+    def _resolve(self, guid: str, version: Version) -> None:
+        """The reads that waited for this object, in arrival order, each with the first version it
+        can see (a micro-batch of the replication operator reports only an object's last version)."""
+        waiting = self.s.unresolved.pop(guid, [])
+        for message_id, arrival, event, batch, read in waiting:
+            wanted = "machine" if event == "4" else "queue"
+            if event == "refresh":
+                if version.object_type == "queue" and not version.deleted:
+                    self._apply_queue(guid, version, max(version.event_ms, read), None)
+                continue
+            if version.object_type != wanted:
+                outcome, reason = "ignored", f"the directory holds {guid} but not as a {wanted} (3.2.5.2)"
+            elif event == "2" and (guid not in self.s.queues or self.s.queues[guid].deleted):
+                outcome, reason = "ignored", "no such queue in the QueueCollection (3.2.5.2 Event 2)"
+            else:
+                version = self._read(guid, read, wanted) or self._first_after(guid, read, wanted) or version
+                outcome, reason = self._apply_read(guid, event, version, max(version.event_ms, read), message_id)
+                reason = reason or APPEARED
+            self.outcomes.append(Outcome(message_id, 0, 2, V2_EVENTS.get(event, event), guid, outcome, reason,
+                                         batch, arrival, max(version.event_ms, read)))
 
     def read(self, guid: str, as_of_ms: int) -> Version | None:
         """The directory as of a time: of the versions the replicas had by then, the one with the highest
-        sequence number (the most recent change; a deletion carries its own sequence number). A read
-        that finds none takes the first version after it: a micro-batch of the replication operator
-        reports only an object's last version, so the one that existed at the read may be folded
-        into a later one."""
+        sequence number (the most recent change; a deletion carries its own sequence number)."""
         seen = [v for v in self.s.directory.get(guid, []) if v.event_ms <= as_of_ms]
         return max(seen, key=lambda v: (v.seq_number, v.event_ms)) if seen else None
 
-    def _first_after(self, guid: str, as_of_ms: int) -> Version | None:
-        later = [v for v in self.s.directory.get(guid, []) if v.event_ms > as_of_ms]
+    def _read(self, guid: str, as_of_ms: int, object_type: str) -> Version | None:
+        v = self.read(guid, as_of_ms)
+        return v if v is not None and v.object_type == object_type else None
+
+    def _first_after(self, guid: str, as_of_ms: int, object_type: str) -> Version | None:
+        """The earliest version dated after a read that found none: a micro-batch of the replication
+        operator reports only an object's last version, so the one that existed at the read may be
+        folded into a later one (for events 1, 2 and 4; a refresh does not look ahead)."""
+        later = [v for v in self.s.directory.get(guid, []) if v.event_ms > as_of_ms and v.object_type == object_type]
         return min(later, key=lambda v: (v.event_ms, v.seq_number)) if later else None
 
-    def _read_into(self, guid: str, now: int, message_id: str | None, event: str, exact: Version | None = None) -> bool:
-        v = exact or self.read(guid, now) or self._first_after(guid, now)
-        if v is None:
-            return False
-        if event == "4" or v.object_type == "machine":
-            self._apply_machine(v, now)
-        else:
-            self._apply_queue(guid, v, now, message_id)
-        return True
+    def forget_versions(self, watermark_ms: int) -> None:
+        """Keep what a read can still need (issue 20): reads happen at a pending timer or at a later
+        arrival, never before the watermark, so of the versions up to the earliest of those only the
+        one such a read returns is kept. Late corrections need only the sequence number a read used."""
+        horizon = min(t for t in (watermark_ms, self.s.timer_ms) if t is not None)
+        for guid, versions in self.s.directory.items():
+            older = [v for v in versions if v.event_ms <= horizon]
+            if len(older) > 1:
+                keep = max(older, key=lambda v: (v.seq_number, v.event_ms))
+                versions[:] = [v for v in versions if v is keep or v.event_ms > horizon]
 
     def _apply_queue(self, guid: str, v: Version, now: int, message_id: str | None) -> None:
         q = self.s.queues.get(guid) or QueueRecord({})
@@ -381,7 +526,7 @@ class QueueManager:
             q.attributes.update({k: v.properties[k] for k in V2_QUEUE_READ if k in v.properties})
             q.attributes.setdefault("PROPID_Q_INSTANCE", guid)
             q.deleted = False
-        q.read_ms, q.read_event_ms, q.updated_ms = now, v.event_ms, now
+        q.read_ms, q.read_event_ms, q.read_seq, q.since_read, q.updated_ms = now, v.event_ms, v.seq_number, set(), now
         if message_id:
             q.last_notification = message_id
         self.queues_touched.add(guid)
@@ -390,30 +535,59 @@ class QueueManager:
         for name, attr in V1_QM_UPDATE.items():
             if name in v.properties:
                 setattr(self.s, attr, v.properties[name])
-        self.s.qm_read_ms, self.s.qm_read_event_ms, self.s.updated_ms = now, v.event_ms, now
-        self.qm_touched = True
+        self.s.qm_read_ms, self.s.qm_read_event_ms, self.s.qm_read_seq = now, v.event_ms, v.seq_number
+        self.s.qm_since_read, self.s.updated_ms, self.qm_touched = set(), now, True
 
     def _late_correction(self, guid: str, v: Version) -> None:
-        """A version that was already the directory's when a read happened, but reached this operator
-        after it, corrects that read."""
+        """A version that was already the directory's at a read, but reached this operator after it,
+        corrects that read: the attributes no later notification set (issue 14: a late correction
+        never undoes a later delete, create or update)."""
         q = self.s.queues.get(guid)
-        if q is not None and q.read_ms is not None and v.event_ms <= q.read_ms \
-                and (q.read_event_ms is None or v.event_ms > q.read_event_ms):
-            self._apply_queue(guid, self.read(guid, q.read_ms), q.read_ms, None)
-        if guid == self.s.machine_id and self.s.qm_read_ms is not None and v.event_ms <= self.s.qm_read_ms \
-                and (self.s.qm_read_event_ms is None or v.event_ms > self.s.qm_read_event_ms):
-            self._apply_machine(self.read(guid, self.s.qm_read_ms), self.s.qm_read_ms)
+        if q is not None and v.object_type == "queue" and _corrects(v, q.read_ms, q.read_seq):
+            if v.deleted:
+                if "deleted" not in q.since_read:
+                    q.deleted = True
+            else:
+                q.attributes.update({k: v.properties[k] for k in V2_QUEUE_READ
+                                     if k in v.properties and k not in q.since_read})
+            q.read_event_ms, q.read_seq = v.event_ms, v.seq_number
+            self.queues_touched.add(guid)
+        if guid == self.s.machine_id and v.object_type == "machine" and not v.deleted \
+                and _corrects(v, self.s.qm_read_ms, self.s.qm_read_seq):
+            for name, attr in V1_QM_UPDATE.items():
+                if name in v.properties and name not in self.s.qm_since_read:
+                    setattr(self.s, attr, v.properties[name])
+            self.s.qm_read_event_ms, self.s.qm_read_seq, self.qm_touched = v.event_ms, v.seq_number, True
 
     def refresh_all(self, now: int) -> None:
-        """Note <14>: "refreshes all public queues" the queue manager owns, from the directory."""
+        """Note <14>: "refreshes all public queues" the queue manager owns, from the directory as of
+        the expiry: a queue whose first version is later comes in with the next read that sees it."""
         for guid in sorted(self.s.directory):
-            v = self.read(guid, now) or self._first_after(guid, now)
-            if v is not None and v.object_type == "queue":
+            v = self.read(guid, now)
+            if v is None:
+                continue
+            if v.object_type == "queue" and (not v.deleted or guid in self.s.queues):
                 self._apply_queue(guid, v, now, None)
-            elif v is not None and guid == self.s.machine_id:
-                # [INFERENCE] (digest B.7 open point c) the dropped notifications may have changed the
-                # queue manager itself; its attributes are re-read with its queues.
+            elif v.object_type == "machine" and guid == self.s.machine_id and not v.deleted:
+                # Decision (issue 20; digest B.7 open point c): note <3> names only the queues, but the
+                # dropped notifications may have changed the queue manager itself (Event 4, a v1
+                # queue manager update) and nothing else would ever bring that change in: its quota,
+                # journal quota and security are re-read with its queues.
                 self._apply_machine(v, now)
+
+    def _await_announced_queues(self, pending: list[Notification], fired: int, batch: int) -> None:
+        """[INFERENCE] The replicas trail the directory service that sent the notifications: a queue
+        that a dropped notification names but no replica showed by the expiry is read as soon as one
+        does, as an unresolved Event 1 would be (without an outcome of its own)."""
+        for guid in sorted({g for n in pending if not (n.version == 1 and self._v1_rejection(n))
+                            for g in _queues_named(n)}):
+            if self._read(guid, fired, "queue") is not None or guid in self.s.unresolved:
+                continue
+            later = self._first_after(guid, fired, "queue")
+            if later is None:
+                self.s.unresolved[guid] = [(None, fired, "refresh", batch, fired)]
+            elif not later.deleted:
+                self._apply_queue(guid, later, max(later.event_ms, fired), None)
 
     # ------------------------------------------------------------ records
     def _action(self, n: Notification) -> str:
@@ -424,6 +598,32 @@ class QueueManager:
     def _record(self, n: Notification, index: int, action: str, guid, outcome: str, reason, batch, now) -> None:
         self.outcomes.append(Outcome(n.message_id, index, n.version, action, guid, outcome, reason, batch,
                                      n.arrival_ms, now))
+
+
+def _queues_named(n: Notification) -> list[str]:
+    """The queue GUIDs a notification names (v2 events 1 and 2, v1 creates and updates by GUID)."""
+    if n.version == 2:
+        return [n.object_guid] if n.event in ("1", "2") and n.object_guid else []
+    named = []
+    for command, _use_guid, _path, guid, props in n.updates:
+        if command == 0:
+            named += [v for k, v in props if PROPIDS.get(k, ("",))[0] == "PROPID_Q_INSTANCE" and v]
+        elif command == 1 and guid and props and object_type_of(props[0][0]) == MQDS_QUEUE:
+            named.append(guid)
+    return named
+
+
+def _corrects(v: Version, read_ms: int | None, read_seq: int | None) -> bool:
+    """A version the directory already had at a read (dated no later) and newer than what it returned."""
+    return read_ms is not None and v.event_ms <= read_ms and (read_seq is None or v.seq_number > read_seq)
+
+
+def is_notification_queue(destination_queue: str | None) -> bool:
+    """MQCN 1.9: notifications go to NOTIFY_QUEUE_PRIVATE = PRIVATE=<GUID>\\3 (None: not known)."""
+    if destination_queue is None:
+        return True
+    return queue_manager_of(destination_queue) is not None and \
+        destination_queue.rsplit("\\", 1)[-1].strip() == NOTIFY_QUEUE_NUMBER
 
 
 def _v1_action(update) -> str:
@@ -437,8 +637,9 @@ def _v1_action(update) -> str:
 
 def notification_from(msg: ChangeNotificationMessage, *, message_id: str, arrival_ms: int,
                       sender_identifier_type: str | None, authentication_level: str | None,
-                      source: str | None) -> Notification:
-    n = Notification(message_id, arrival_ms, msg.version, sender_identifier_type, authentication_level, source)
+                      source: str | None, destination_queue: str | None = None) -> Notification:
+    n = Notification(message_id, arrival_ms, msg.version, sender_identifier_type, authentication_level, source,
+                     destination_queue=destination_queue)
     if msg.version == 1:
         n.updates = [(u.command, u.use_guid, u.path_name, u.guid_identifier,
                       [(p.prop_id, json_value(p.value)) for p in u.properties]) for u in msg.updates]
@@ -453,7 +654,7 @@ def json_value(value):
 
 
 def queue_manager_of(destination_queue: str | None) -> str | None:
-    """NOTIFY_QUEUE_PRIVATE is PRIVATE=<queue manager GUID>\\<queue number> (MQCN 1.9)."""
+    """The queue manager a PRIVATE=<queue manager GUID>\\<queue number> format name names (MQCN 1.9)."""
     if not destination_queue or not destination_queue.upper().startswith("PRIVATE="):
         return None
     guid = destination_queue[len("PRIVATE="):].split("\\", 1)[0].strip("{}").lower()

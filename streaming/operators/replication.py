@@ -161,7 +161,6 @@ class Replica:
         self.pending_events: list[PendingEvent] = []
         self.deleted_touched: dict[str, tuple[DeletedObject, str]] = {}     # identifier -> (object, status)
         self.ignored: list[tuple[str, str]] = []                             # (operation, reason)
-        self._in_sync_reply = False
 
     # ------------------------------------------------------------ roles
     @property
@@ -204,11 +203,13 @@ class Replica:
         self.s.bsc_ack_due_ms = now_ms + BSC_ACK_FIRST_MS
 
     def send_initial_syncs(self) -> None:
-        """3.3.3: a sync request for every partition this server is not the authority of. Sent as soon
-        as its destination is known (the PEC's name, or a BSC's PSC, may be learnt from the traffic)."""
+        """3.3.3: a sync request for every partition this server is not the authority of, sent at
+        initialization, before the first message is processed: From is the LastSeqNumber of then, MIN
+        (issue 14 item 9). Its destination (the PEC's name, a BSC's PSC, the server's own role) may only
+        be learnt from the traffic: then it goes out as soon as it is known, with that same From."""
         for p in list(self.s.partitions.values()):
             if not p.initial_sync_sent and not self.owns(p) and p.change_missing_window == MAX_SEQ_NUMBER:
-                self.send_sync_request(p, "initial")
+                self.send_sync_request(p, "initial", from_seq=MIN_SEQ_NUMBER)
 
     # ------------------------------------------------------------ dispatch (3.1.5.1)
     def receive(self, msg: mqdsrp.ReplicationMessage, *, arrival_ms: int, source: str | None = None,
@@ -216,6 +217,7 @@ class Replica:
         self.s.now_ms = max(self.s.now_ms, arrival_ms)
         self.store.clock_ms = self.s.now_ms
         self.initialize(arrival_ms)
+        self.send_initial_syncs()                 # 3.1.3.3 / 3.3.3: before the first message is processed
         op = msg.header.operation
         if message_class == "Normal":
             _NORMAL_HANDLERS[op](self, msg, source, body)
@@ -282,8 +284,8 @@ class Replica:
         if change.seq_number <= p.last_seq or change.purged_seq_number < p.purged_seq:
             return                                                   # duplicate, old or stale
         if change.previous_seq_number <= p.last_seq:
-            if self.handle_in_sync_change(p, change, check_flush) and not self._in_sync_reply:
-                self.check_pending_changes(p)
+            if self.handle_in_sync_change(p, change, check_flush):
+                self.check_pending_changes(p)                    # 3.1.7.2.2, also inside a sync reply
             return
         if not p.pending:
             self._pend(p, change)
@@ -528,14 +530,15 @@ class Replica:
         return False
 
     # ------------------------------------------------------------ 3.3.7.3 Send Sync Request
-    def send_sync_request(self, p: Partition, reason: str) -> None:
+    def send_sync_request(self, p: Partition, reason: str, from_seq: int | None = None) -> None:
         if p.purge_state not in (PURGE_NORMAL, PURGE_SYNC0):
             return
         destination = self.s.my_psc_name if self.is_bsc() else p.authority
         if not destination:
             return                                  # sent by send_initial_syncs once it is known
         p.initial_sync_sent = True
-        msg = mqdsrp.SyncRequestMessage(p.partition_id, p.last_seq, p.change_missing_window, p.purged_seq,
+        msg = mqdsrp.SyncRequestMessage(p.partition_id, p.last_seq if from_seq is None else from_seq,
+                                        p.change_missing_window, p.purged_seq,
                                         1 if p.purge_state == PURGE_SYNC0 else 0, 0 if self.is_bsc() else 1,
                                         self.name)
         self.out.append(Outbound(destination, msg, reason, p.partition_id))
@@ -564,17 +567,17 @@ class Replica:
         p = self.s.partitions.get(hdr.partition_id)
         if p is None or self.owns(p) or hdr.purged_seq_number < p.purged_seq:
             return
-        # [INFERENCE] The reply is applied whole before the pending changes are looked at again (this
-        # event ends with Check Pending Changes). Checking after each of its changes, as 3.1.7.2.2 does
-        # for propagated ones, would apply older pending updates in the middle of the reply (when one
-        # of its entries lands on a pending change's predecessor) and make its newer entries, which
-        # carry the objects' full current properties, look old: the objects would keep stale values.
-        self._in_sync_reply = True
-        try:
-            for change in msg.directory_changes:
+        # 3.3.7.5: each change is processed as in 3.1.5.2, and 3.1.7.2.2 checks the pending changes
+        # after every change that applied, so a pending change whose predecessor the reply supplies
+        # applies in sequence order. A reply entry that then looks old (pending changes moved
+        # LastSeqNumber past it) still carries its object's full current state: it is applied to an
+        # object that is not newer, without moving LastSeqNumber (issue 14 item 8).
+        for change in msg.directory_changes:
+            if change.seq_number <= p.last_seq and change.partition_id == p.partition_id \
+                    and change.purged_seq_number >= p.purged_seq:
+                self._heal_from_reply(p, change)
+            else:
                 self.process_change(change, check_flush=True)
-        finally:
-            self._in_sync_reply = False
         if p.partition_id not in self.s.partitions:
             return
         if p.purge_state == PURGE_SYNC0:
@@ -585,10 +588,48 @@ class Replica:
         elif p.purge_state == PURGE_NORMAL:
             if p.change_missing_window == MAX_SEQ_NUMBER:
                 p.change_missing_window = MIN_SEQ_NUMBER
-            elif hdr.count == 0 and p.change_missing_window == hdr.to_seq_number:
+            elif p.change_missing_window == hdr.to_seq_number:
                 p.change_missing_window = MIN_SEQ_NUMBER
-                p.last_seq = hdr.to_seq_number      # digest §11.5: an unrecoverable gap is skipped
+                self._close_window(p, hdr.to_seq_number)
             self.check_pending_changes(p)
+
+    def _close_window(self, p: Partition, to: int) -> None:
+        """The reply to the window asked for holds every change of [From, To] that the authority still
+        has; what it leaves out was superseded by a later change of the same object. Digest §11.5
+        skips the gap when the reply is empty; [INFERENCE] generalised (issue 14 item 8): whatever the
+        count, the pending changes up to To apply in order (their missing predecessors are superseded;
+        a pending create must not be dropped, or the object's later updates would fail) and
+        LastSeqNumber becomes at least To - 1: To is the first pending change's number (3.1.7.2.2) or
+        one more than the authority's LastSeqNumber in a SeqNumberHeader (3.2.7.1), never a change
+        the reply itself stands for."""
+        for change in [c for c in p.pending if c.seq_number <= to]:
+            p.pending.remove(change)
+            if change.seq_number <= p.last_seq:
+                self.pending_events.append(PendingEvent(p.partition_id, change, "stale"))
+                continue
+            applied = self.handle_in_sync_change(p, change, True)
+            self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed"))
+        if p.last_seq < to - 1:
+            p.last_seq = to - 1
+
+    def _heal_from_reply(self, p: Partition, change: DirectoryChange) -> None:
+        """A full-state reply entry (a Sync, or a Delete by GUID) at or below LastSeqNumber: applied when
+        this replica's copy of the object is not newer than it, LastSeqNumber unchanged."""
+        guid = change.guid_identifier if change.use_guid == 1 else None
+        key = self._resolve(change.path_name if change.use_guid == 0 else None, guid)
+        if key is None or self.owns(p):
+            return
+        existing = self.store.get(key)
+        if change.command == mqdsrp.CMD_SYNC and change.properties:
+            if existing is None and key in self.s.deleted and self.s.deleted[key].seq_number >= change.seq_number:
+                return                                       # deleted since: the deletion is newer
+            if existing is None or existing.seq_number <= change.seq_number:
+                object_type = object_type_of(change.properties[0].prop_id)
+                self.handle_directory_sync(p, object_type, None, key, change.properties, change.seq_number)
+        elif change.command == mqdsrp.CMD_DELETE and existing is not None and existing.seq_number <= change.seq_number:
+            values = [prop.value for prop in change.properties]
+            self.handle_directory_delete(p, values[1] if len(values) > 1 else 0, values[0] if values else 0,
+                                         None, key, change.seq_number)
 
     # ------------------------------------------------------------ 3.3.7.7 Receive Already Purged
     def receive_already_purged(self, msg: mqdsrp.AlreadyPurgedMessage) -> None:
