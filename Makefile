@@ -32,7 +32,7 @@ run: setup
 DEMO_MESSAGES ?= 20000
 
 test: system-deps setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 bench: setup
 	$(BIN)/python tests/bench/bench_codecs.py

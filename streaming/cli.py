@@ -8,6 +8,14 @@ from .wire import PROTOCOLS, WireError, decode, record_to_dict
 EXIT_BAD_INPUT = 2
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version as installed
+    try:
+        return installed("msmq-dirstream")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def _read_body(args) -> bytes:
     if args.hex is not None:
         text = "".join(args.hex.split())
@@ -44,6 +52,7 @@ def cmd_decode(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dirstream", description="MSMQ directory-service traffic to live directory state.")
+    parser.add_argument("--version", action="version", version=f"dirstream {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     dec = sub.add_parser("decode", help="decode one raw MQCN, MQDSRP or MQSD body and print it as JSON",
                          description="Decode one message body. Exit 0 with JSON on stdout; exit 2 with the "

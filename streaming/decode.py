@@ -9,7 +9,7 @@ import json
 import fastavro
 import pyarrow as pa
 
-from .envelope import EnvelopeError, schemas_dir, unframe
+from .envelope import EnvelopeError, schema_text, unframe
 from .topics import PROTOCOL_OF_TOPIC
 from .wire import WireError, decode
 
@@ -36,8 +36,7 @@ ENVELOPE_FIELDS = ("message_id", "message_class", "sender_identifier_type", "sen
 
 def _plain_envelope_schema():
     """The envelope schema with logical types removed: timestamps stay int milliseconds (faster)."""
-    with open(schemas_dir() / "envelope.avsc") as fh:
-        raw = json.load(fh)
+    raw = json.loads(schema_text("envelope"))
     for f in raw["fields"]:
         if isinstance(f["type"], dict):
             f["type"].pop("logicalType", None)

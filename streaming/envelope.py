@@ -10,6 +10,7 @@ import os
 import struct
 from datetime import datetime, timezone
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
 import fastavro
@@ -35,14 +36,25 @@ class EnvelopeError(ValueError):
                 "offset": self.offset, "reason": self.reason}
 
 
-def schemas_dir() -> Path:
-    return Path(os.environ.get("DIRSTREAM_SCHEMAS", Path(__file__).resolve().parents[1] / "schemas"))
+def schemas_dir():
+    """Where the .avsc files are: $DIRSTREAM_SCHEMAS; else the installed package's streaming/schemas
+    (importlib.resources: a wheel, or the zip the job ships to Spark executors); else schemas/ at the
+    top of a source checkout (an editable install)."""
+    if os.environ.get("DIRSTREAM_SCHEMAS"):
+        return Path(os.environ["DIRSTREAM_SCHEMAS"])
+    packaged = resources.files(__package__).joinpath("schemas")
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[1] / "schemas"
+
+
+def schema_text(name: str) -> str:
+    return schemas_dir().joinpath(f"{name}.avsc").read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=None)
 def schema(name: str):
-    with open(schemas_dir() / f"{name}.avsc") as fh:
-        return fastavro.parse_schema(json.load(fh))
+    return fastavro.parse_schema(json.loads(schema_text(name)))
 
 
 def frame(name: str, datum: dict) -> bytes:

@@ -3,7 +3,9 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from .decode import UNKNOWN
 from .kafka_offsets import EndOffsets
@@ -17,6 +19,9 @@ DRIVER_MEMORY = "4g"
 
 
 def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf: dict | None = None):
+    if (conf or {}).get("spark.pyspark.python"):
+        # an in-process driver takes the Python workers' interpreter from PYSPARK_PYTHON only
+        os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -39,6 +44,11 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if not master.startswith("local"):
+        # a cluster's executors get the project's code from the job itself (workers need only Python
+        # and the third-party dependencies)
+        from .code_archive import write_code_archive
+        spark.sparkContext.addPyFile(str(write_code_archive(Path(tempfile.gettempdir()) / "msmq-dirstream")))
     register(spark)
     return spark
 

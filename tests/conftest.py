@@ -106,17 +106,23 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory):
+def postgres_server():
     """A PostgreSQL server of the test session's own: a fresh cluster in a temporary directory on a
-    free loopback port, trust authentication, stopped at the end (infra/postgres.py)."""
+    free loopback port, trust authentication, stopped at the end (infra/postgres.py). The directory
+    is not under pytest's base temp: another pytest session resets that to mode 0700, and the server
+    runs as the `postgres` user when the tests run as root."""
+    import shutil
+    import tempfile
     from infra.postgres import PostgresError, TemporaryPostgres
+    directory = Path(tempfile.mkdtemp(prefix="dirstream-pg-"))
     try:
-        server = TemporaryPostgres(tmp_path_factory.mktemp("postgres"), port=free_port())
+        server = TemporaryPostgres(directory, port=free_port())
         server.start()
     except PostgresError as exc:
         pytest.fail(f"PostgreSQL is needed for this test: {exc}")
     yield server
     server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

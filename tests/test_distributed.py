@@ -1,6 +1,8 @@
-"""The same job on a Spark standalone cluster (master + worker on loopback) gives the local result."""
+"""The same job on a Spark standalone cluster (master + worker on loopback) gives the local result,
+with executors whose Python does not have the project: the job ships its own code."""
 from conftest import dirstream, free_port, simulate
 from test_job import _dump
+from test_packaging import deps_only_python
 
 from infra.spark_standalone import StandaloneCluster
 
@@ -11,15 +13,20 @@ def test_standalone_cluster_matches_local_mode(broker, tmp_path):
     done = dirstream("run", "--bootstrap", broker, "--sink", local, "--checkpoint", str(tmp_path / "c_local"),
                      "--once", "--master", "local[2]", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    worker_python = deps_only_python(tmp_path)                     # no `streaming` importable there
     cluster = StandaloneCluster(tmp_path / "spark", free_port()).start()
     try:
         remote = f"sqlite:///{tmp_path}/cluster.db"
         done = dirstream("run", "--bootstrap", broker, "--sink", remote, "--checkpoint", str(tmp_path / "c_cluster"),
                          "--once", "--master", cluster.url, "--spark-conf", "spark.executor.memory=1g",
-                         "--spark-conf", "spark.driver.host=127.0.0.1", timeout=600)
+                         "--spark-conf", "spark.driver.host=127.0.0.1",
+                         "--spark-conf", f"spark.pyspark.python={worker_python}", timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         assert (tmp_path / "spark" / "work").exists()            # an executor ran on the worker
         assert any((tmp_path / "spark" / "work").iterdir())
+        shipped = list((tmp_path / "spark" / "work").rglob("msmq-dirstream-code-*.zip"))
+        assert shipped, "the executor received the job's code archive"
+        assert len(list((tmp_path / "started").iterdir())) > 1, "the executors ran the worker interpreter"
     finally:
         cluster.stop()
     a, b = _dump(local), _dump(remote)

@@ -198,7 +198,7 @@ def _output(proc) -> str:
 
 
 def test_sigkill_and_restart_gives_the_uninterrupted_result(broker, tmp_path):
-    summary, _ = simulate(broker, tmp_path, "--seed", "13", "--count", "20000", "--corrupt", "0.01")
+    summary, _ = simulate(broker, tmp_path, "--seed", "13", "--count", "10000", "--corrupt", "0.01")
     straight = f"sqlite:///{tmp_path}/straight.db"
     done = _job(broker, straight, tmp_path / "c_straight", "--once")
     assert done.wait(600) == 0, _output(done)
