@@ -5,7 +5,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from streaming.envelope import encode_envelope
+from streaming.wire.envelope import encode_envelope
 
 from .kafka import PROTOCOL_HEADER, TOPICS, Publisher
 

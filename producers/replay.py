@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streaming.envelope import PROTOCOL_NAMES, make_envelope
+from streaming.wire.envelope import PROTOCOL_NAMES, make_envelope
 
 MQSD_UDP_PORT = 1801
 PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),

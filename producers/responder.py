@@ -9,7 +9,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from streaming.envelope import decode_envelope, make_envelope
+from streaming.wire.envelope import decode_envelope, make_envelope
 from streaming.wire import WireError, decode, encode, mqdsrp
 from streaming.wire.properties import Property
 from streaming.wire.propids import PROPIDS, propid

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterator
 
-from streaming.envelope import make_envelope
+from streaming.wire.envelope import make_envelope
 from streaming.wire import encode, mqcn, mqdsrp, mqsd
 from streaming.wire.guid import GUID_NULL
 from streaming.wire.properties import Property

@@ -98,7 +98,7 @@ def dirstream(*args, timeout: float = 300, **kwargs):
 @pytest.fixture(scope="session")
 def spark():
     """One SparkSession for the whole test session (2 local cores)."""
-    from streaming.job import build_spark
+    from streaming.spark.pipeline import build_spark
     session = build_spark("local[2]", conf={"spark.sql.shuffle.partitions": "2",
                                              "spark.driver.memory": "2g"})
     yield session

@@ -8,7 +8,7 @@ them: the last row per table key wins.
 from datetime import datetime
 
 from producers.responder import Authorities
-from streaming.envelope import make_envelope
+from streaming.wire.envelope import make_envelope
 from streaming.operators.notification_rows import directory_version
 from streaming.operators.notification_rows import step_rows as qm_rows
 from streaming.operators.notifications import QMState, QueueManager, Settings, notification_from, queue_manager_of

@@ -6,7 +6,7 @@ import fastavro
 import pytest
 from samples import encoded_samples
 
-from streaming import envelope as env
+from streaming.wire import envelope as env
 from streaming.wire import decode
 
 SAMPLES = encoded_samples()

@@ -5,10 +5,10 @@ from conftest import dirstream, simulate, vector
 
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics
 from producers.publish import publish_envelope
-from streaming.envelope import make_envelope
-from streaming.job import source_options, start_discovery_query
+from streaming.wire.envelope import make_envelope
+from streaming.spark.pipeline import source_options, start_discovery_query
 from streaming.sinks import open_sink
-from streaming.topics import TOPICS
+from streaming.wire.topics import TOPICS
 
 T0 = 1_767_225_600_000          # 2026-01-01T00:00:00Z
 

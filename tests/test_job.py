@@ -9,10 +9,10 @@ import pytest
 from conftest import simulate
 
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics
-from streaming.envelope import encode_envelope, make_envelope
-from streaming.job import source_options, start_query
+from streaming.wire.envelope import encode_envelope, make_envelope
+from streaming.spark.pipeline import source_options, start_query
 from streaming.sinks import open_sink
-from streaming.topics import TOPICS
+from streaming.wire.topics import TOPICS
 from streaming.wire import encode, mqcn
 
 
@@ -245,7 +245,7 @@ def _dump(url: str) -> dict:
 def test_envelope_only_decoding_leaves_the_body_to_its_operator():
     """decode=envelope: a bad body still passes (the raw query makes it a dead letter; the operator
     skips it), a bad envelope does not."""
-    from streaming.decode import DECODED_FIELDS, Decoder
+    from streaming.spark.decode import DECODED_FIELDS, Decoder
     names = [n for n, _ in DECODED_FIELDS]
     good = _env("mqdsrp", b"\x07" + bytes(17))          # Version 7: no such layout
     row = dict(zip(names, Decoder(body=False).row(TOPICS["mqdsrp"], 0, 1, None, b"k", good)))
@@ -260,7 +260,7 @@ def test_envelope_only_decoding_leaves_the_body_to_its_operator():
 def _records_with_faults(n: int = 3000):
     """(topic, [(offset, ts, key, value)]) per raw topic: simulated traffic with corrupted records."""
     from producers.simulator import Faults, Simulator
-    from streaming.envelope import encode_envelope
+    from streaming.wire.envelope import encode_envelope
     by_topic: dict[str, list] = {t: [] for t in TOPICS.values()}
     for m in Simulator(seed=11, faults=Faults(corrupt=0.05)).messages(n):
         records = by_topic[TOPICS[m.protocol]]
@@ -273,7 +273,7 @@ def _records_with_faults(n: int = 3000):
 
 def test_summary_decoding_counts_what_per_record_decoding_counts():
     """decode=summary (the raw query) against decode=true rows aggregated as the per-record path does."""
-    from streaming.decode import DECODED_FIELDS, SUMMARY_FIELDS, Decoder, summarize_records
+    from streaming.spark.decode import DECODED_FIELDS, SUMMARY_FIELDS, Decoder, summarize_records
     names, summary_names = [n for n, _ in DECODED_FIELDS], [n for n, _ in SUMMARY_FIELDS]
     for topic, records in _records_with_faults().items():
         rows = [dict(zip(names, Decoder().row(topic, 3, o, ts, k, v))) for o, ts, k, v in records]
@@ -300,8 +300,8 @@ def test_summary_decoding_counts_what_per_record_decoding_counts():
 
 
 def test_a_kafka_partition_is_split_into_tasks_of_at_most_the_given_records():
-    from streaming.kafka_offsets import SourceError
-    from streaming.kafka_source import KafkaStreamReader
+    from streaming.spark.kafka_offsets import SourceError
+    from streaming.spark.kafka_source import KafkaStreamReader
     reader = KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t", "maxRecordsPerPartition": "1000"})
     reader._offsets = type("Fixed", (), {"low": staticmethod(lambda tp: 0)})()
     parts = reader.partitions({"t": {"0": 10, "1": 5}}, {"t": {"0": 2511, "1": 905}})
@@ -341,8 +341,8 @@ def test_split_summary_and_per_record_paths_write_the_same_tables(spark, broker,
 def test_a_worker_reuses_its_consumer_and_reads_exactly_each_range(broker):
     """Tasks of one Python worker share a consumer (as Spark's Kafka source pools them); a reused
     consumer must read exactly its new range, nothing left over from the previous one."""
-    from streaming import kafka_source
-    from streaming.kafka_source import KafkaInputPartition, KafkaStreamReader
+    from streaming.spark import kafka_source
+    from streaming.spark.kafka_source import KafkaInputPartition, KafkaStreamReader
     ensure_topics(KafkaSettings(broker), {"reuse.test": 2})
     from confluent_kafka import Producer
     producer = Producer({"bootstrap.servers": broker})

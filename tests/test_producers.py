@@ -14,7 +14,7 @@ from infra.broker import KAFKA_VERSION
 from producers.kafka import OUTBOUND_TOPIC, TOPICS, KafkaSettings
 from producers.publish import publish_envelope
 from producers.kafka import ConfluentPublisher
-from streaming.envelope import decode_envelope, make_envelope
+from streaming.wire.envelope import decode_envelope, make_envelope
 from streaming.wire import WireError, decode, encode, mqdsrp
 from streaming.wire.guid import GUID_NULL
 from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex

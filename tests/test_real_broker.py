@@ -14,10 +14,10 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from conftest import dirstream, simulate
 from producers.kafka import KafkaSettings, ensure_topics
 from samples import mqcn_messages
-from streaming.envelope import encode_envelope, make_envelope
-from streaming.job import source_options, start_query
+from streaming.wire.envelope import encode_envelope, make_envelope
+from streaming.spark.pipeline import source_options, start_query
 from streaming.sinks import open_sink
-from streaming.topics import TOPICS
+from streaming.wire.topics import TOPICS
 from streaming.wire import encode
 from test_job import _job, _output, _wait_for_rows, run_once, sink_totals
 
@@ -182,7 +182,7 @@ def test_broker_restarts_mid_stream_lose_and_duplicate_nothing(kafka_broker, bro
 
 
 def test_an_unreachable_broker_is_waited_for_then_reported_clearly():
-    from streaming.kafka_offsets import EndOffsets, SourceError
+    from streaming.spark.kafka_offsets import EndOffsets, SourceError
     offsets = EndOffsets({"bootstrap.servers": "127.0.0.1:1"}, [TOPICS["mqsd"]], broker_wait_s=3)
     started = time.monotonic()
     with pytest.raises(SourceError, match=r"cannot read Kafka metadata from 127\.0\.0\.1:1: .* \(the broker did not "

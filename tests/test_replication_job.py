@@ -10,9 +10,9 @@ import time
 from conftest import consume_all, dirstream, simulate
 from producers.kafka import KafkaSettings
 from producers.responder import run_responder
-from streaming.envelope import decode_envelope
+from streaming.wire.envelope import decode_envelope
 from streaming.sinks import open_sink
-from streaming.topics import OUTBOUND_TOPIC, TOPICS
+from streaming.wire.topics import OUTBOUND_TOPIC, TOPICS
 
 
 class Responder:

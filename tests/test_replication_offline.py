@@ -1,14 +1,14 @@
 """The replica state machine against the simulator's ground truth, without Spark or Kafka.
 
 The simulator is an independent implementation of the authorities; the truth is what every
-replica of a partition must end with (streaming/verify.py compares)."""
+replica of a partition must end with (streaming/apps/verify.py compares)."""
 import functools
 
 import pytest
 
 from producers.simulator import Faults, Simulator
 from replication_harness import OfflineJob
-from streaming.verify import compare_notifications, compare_replication
+from streaming.apps.verify import compare_notifications, compare_replication
 from streaming.wire.seqnum import seq_from_hex
 
 

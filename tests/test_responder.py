@@ -1,7 +1,7 @@
 """The authority responder's answers (MC-MQDSRP 3.2.7.3, 3.2.7.6), sans-IO."""
 from producers.responder import SYNC_REPLY_CHUNK, Authorities
 from producers.simulator import Simulator
-from streaming.envelope import make_envelope
+from streaming.wire.envelope import make_envelope
 from streaming.wire import decode, encode, mqdsrp
 from streaming.wire.guid import GUID_NULL
 from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex

@@ -3,7 +3,7 @@ import json
 from collections import Counter
 
 from producers.simulator import Faults, Simulator
-from streaming.envelope import encode_envelope
+from streaming.wire.envelope import encode_envelope
 from streaming.wire import WireError, decode, mqdsrp
 from streaming.wire.seqnum import seq_from_hex
 

@@ -25,9 +25,9 @@ from infra.broker import EmbeddedBroker  # noqa: E402
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics  # noqa: E402
 from producers.publish import publish_envelope  # noqa: E402
 from producers.simulator import Faults, Simulator  # noqa: E402
-from streaming.decode import Decoder  # noqa: E402
-from streaming.envelope import encode_envelope  # noqa: E402
-from streaming.topics import TOPICS  # noqa: E402
+from streaming.spark.decode import Decoder  # noqa: E402
+from streaming.wire.envelope import encode_envelope  # noqa: E402
+from streaming.wire.topics import TOPICS  # noqa: E402
 
 
 # Simulated milliseconds between directory operations: sets how many changes a change propagation
@@ -84,7 +84,7 @@ def decode_rates(bootstrap: str, per_protocol_sample: int = 20_000) -> dict:
 
 def job_rate(bootstrap: str, workdir: Path, max_records: int) -> dict:
     import resource
-    from streaming.job import build_spark, source_options, start_query
+    from streaming.spark.pipeline import build_spark, source_options, start_query
     from streaming.sinks import open_sink
     spark = build_spark("local[2]")
     rss = []

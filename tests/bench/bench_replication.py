@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from infra.broker import EmbeddedBroker  # noqa: E402
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics  # noqa: E402
 from producers.publish import publish_envelope  # noqa: E402
-from streaming.envelope import make_envelope  # noqa: E402
+from streaming.wire.envelope import make_envelope  # noqa: E402
 from streaming.operators.replica_store import DictBackend, ObjectStore  # noqa: E402
 from streaming.operators.replication import PEC_PARTITION_ID, Replica, ServerState  # noqa: E402
-from streaming.topics import TOPICS  # noqa: E402
+from streaming.wire.topics import TOPICS  # noqa: E402
 from streaming.wire import decode, encode, mqdsrp  # noqa: E402
 from streaming.wire.properties import Property  # noqa: E402
 from streaming.wire.propids import propid  # noqa: E402
@@ -105,7 +105,7 @@ def publish(bootstrap: str, items: list) -> None:
 
 
 def run_once(spark, bootstrap: str, sink: str, checkpoint: str) -> float:
-    from streaming.job import source_options, start_replication_query
+    from streaming.spark.pipeline import source_options, start_replication_query
     opts = source_options(bootstrap, topics=[TOPICS["mqdsrp"]], max_records=1_000_000)
     start = time.perf_counter()
     q = start_replication_query(spark, sink_url=sink, checkpoint=checkpoint, source_opts=opts, once=True,
@@ -144,7 +144,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     broker = EmbeddedBroker(work / "broker", port=19393)
     broker.start()
-    from streaming.job import build_spark
+    from streaming.spark.pipeline import build_spark
     spark = build_spark("local[2]", conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g"})
     try:
         ensure_topics(KafkaSettings(broker.bootstrap), {TOPICS["mqdsrp"]: 2})

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from infra.broker import EmbeddedBroker  # noqa: E402
 from producers.kafka import KafkaSettings, ensure_topics  # noqa: E402
-from streaming.topics import TOPICS  # noqa: E402
+from streaming.wire.topics import TOPICS  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 DIRSTREAM = str(Path(sys.executable).parent / "dirstream")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import fastavro
 
-from .wire import record_to_dict
+from . import record_to_dict
 
 SCHEMA_IDS = {"envelope": 1, "mqcn": 2, "mqdsrp": 3, "mqsd": 4}
 SCHEMA_NAMES = {v: k for k, v in SCHEMA_IDS.items()}
@@ -42,10 +42,10 @@ def schemas_dir():
     top of a source checkout (an editable install)."""
     if os.environ.get("DIRSTREAM_SCHEMAS"):
         return Path(os.environ["DIRSTREAM_SCHEMAS"])
-    packaged = resources.files(__package__).joinpath("schemas")
+    packaged = resources.files("streaming").joinpath("schemas")
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[1] / "schemas"
+    return Path(__file__).resolve().parents[2] / "schemas"
 
 
 def schema_text(name: str) -> str:

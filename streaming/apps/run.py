@@ -6,11 +6,10 @@ import time
 
 DEFAULT_SINK = "sqlite:///var/dirstream.db"
 DEFAULT_CHECKPOINT = "var/checkpoint"
-# The raw query reads a Kafka partition's range in Spark tasks of at most this many records, so that
-# every core stays busy when a few servers (record keys) fill most of the partitions.
-RECORDS_PER_TASK = 25_000
 RAW_TOPIC_PARTITIONS = 4                 # as `produce simulate|replay --partitions` creates them
-from .topics import OUTBOUND_TOPIC  # noqa: E402
+
+from ..spark import RECORDS_PER_TASK  # noqa: E402
+from ..wire.topics import OUTBOUND_TOPIC  # noqa: E402
 
 
 def register(sub, add_kafka_arguments) -> None:
@@ -63,11 +62,11 @@ def cmd_run(args) -> int:
 def _run(args) -> int:
     import os
 
-    from .job import (build_spark, source_options, start_discovery_query, start_notification_query, start_query,
+    from ..spark.pipeline import (build_spark, source_options, start_discovery_query, start_notification_query, start_query,
                       start_replication_query)
-    from .notification_query import OBJECTS_TOPIC
-    from .kafka_offsets import SourceError
-    from .sinks import SinkError
+    from ..spark.notification_query import OBJECTS_TOPIC
+    from ..spark.kafka_offsets import SourceError
+    from ..sinks import SinkError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -131,8 +130,8 @@ def _run(args) -> int:
 
 
 def cn_settings(args):
-    from .job import parse_duration_ms
-    from .operators.notifications import Settings
+    from ..spark.pipeline import parse_duration_ms
+    from ..operators.notifications import Settings
     return Settings(args.cn_mode, parse_duration_ms(args.cn_quiet), parse_duration_ms(args.cn_first_wait),
                     parse_duration_ms(args.cn_window), args.cn_refresh_threshold)
 
@@ -141,7 +140,7 @@ def _create_missing_raw_topics(bootstrap: str, options: dict, log) -> None:
     """A raw topic nothing was published to yet (a replay of one protocol, say) is created empty, so
     the job starts, and reads it once producers publish there."""
     from producers.kafka import KafkaSettings, ensure_topics
-    from .topics import TOPICS
+    from ..wire.topics import TOPICS
     created = ensure_topics(KafkaSettings(bootstrap, options), {t: RAW_TOPIC_PARTITIONS for t in TOPICS.values()})
     if created:
         log.warning("raw topic(s) %s did not exist on %s: created them empty with %d partitions",

@@ -15,11 +15,11 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from .discovery_query import OUTPUT_DDL, TableWriter, replace_timers
-from .operators.replica_store import ObjectStore
-from .operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
-from .operators.replication_rows import step_rows
-from .wire import WireError, decode
+from .stateful import OUTPUT_DDL, TableWriter, replace_timers
+from ..operators.replica_store import ObjectStore
+from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
+from ..operators.replication_rows import step_rows
+from ..wire import WireError, decode
 
 WATERMARK_DELAY = "10 seconds"
 OUTBOUND_CONFIRM_S = 240
@@ -136,7 +136,7 @@ class ReplicationWriter(TableWriter):
     @staticmethod
     def _object_records(objects: list[dict]):
         """Queue and machine versions, keyed by the owning queue manager, for the MQCN operator."""
-        from .operators.notification_rows import directory_version
+        from ..operators.notification_rows import directory_version
         for row in objects:
             plain = dict(row, updated_at=row["updated_at"].isoformat(timespec="milliseconds")
                          if hasattr(row["updated_at"], "isoformat") else row["updated_at"])
@@ -146,7 +146,7 @@ class ReplicationWriter(TableWriter):
 
     @staticmethod
     def _outbound_records(messages: list[dict]):
-        from .envelope import encode_envelope, make_envelope
+        from ..wire.envelope import encode_envelope, make_envelope
         for m in messages:
             env = make_envelope("mqdsrp", bytes.fromhex(m["body"]), source_machine=m["server"],
                                 destination_machine=m["destination"],

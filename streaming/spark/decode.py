@@ -9,9 +9,9 @@ import json
 import fastavro
 import pyarrow as pa
 
-from .envelope import EnvelopeError, schema_text, unframe
-from .topics import PROTOCOL_OF_TOPIC
-from .wire import WireError, decode
+from ..wire.envelope import EnvelopeError, schema_text, unframe
+from ..wire.topics import PROTOCOL_OF_TOPIC
+from ..wire import WireError, decode
 
 DECODED_FIELDS = [
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),

@@ -1,7 +1,7 @@
 """`dirstream verify`: compare the sink with the simulator's ground truth and print every difference."""
 import json
 
-from .sinks import as_bool, open_sink
+from ..sinks import as_bool, open_sink
 
 CHECKS = ("discovery", "replication", "notifications")
 
@@ -150,7 +150,7 @@ V2_COMPARED = V1_COMPARED + ("label", "modify_time")
 
 
 def compare_notifications(truth: dict, managers: list[dict], queues: list[dict], notifications: list[dict]):
-    from .operators.notification_rows import QUEUE_COLUMNS
+    from ..operators.notification_rows import QUEUE_COLUMNS
     diffs = []
     by_id = {m["machine_id"]: m for m in managers}
     live: dict[str, dict[str, dict]] = {}

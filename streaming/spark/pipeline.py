@@ -7,12 +7,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import RECORDS_PER_TASK
 from .decode import UNKNOWN
 from .kafka_offsets import EndOffsets
-from .kafka_source import SOURCE_NAME, client_conf, register
-from .run_cli import RECORDS_PER_TASK
-from .sinks import open_sink, utcnow
-from .topics import TOPICS
+from .kafka_source import client_conf, decoded_stream, register, source_options  # noqa: F401 (re-exported)
+from ..sinks import open_sink, utcnow
+from ..wire.topics import TOPICS
 
 log = logging.getLogger("dirstream.job")
 DRIVER_MEMORY = "4g"
@@ -51,26 +51,6 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
         spark.sparkContext.addPyFile(str(write_code_archive(Path(tempfile.gettempdir()) / "msmq-dirstream")))
     register(spark)
     return spark
-
-
-def source_options(bootstrap: str, kafka_options: dict | None = None, topics: list[str] | None = None,
-                   starting_offsets: str = "earliest", max_records: int | None = None,
-                   fail_on_data_loss: bool = True, data_loss_log: str | None = None) -> dict:
-    opts = {"bootstrap": bootstrap, "topics": ",".join(topics or TOPICS.values()),
-            "startingOffsets": starting_offsets, "failOnDataLoss": str(fail_on_data_loss).lower()}
-    if max_records:
-        opts["maxRecordsPerBatch"] = str(max_records)
-    if data_loss_log:
-        opts["dataLossLog"] = data_loss_log
-    opts.update({f"kafka.{k}": v for k, v in (kafka_options or {}).items()})
-    return opts
-
-
-def decoded_stream(spark, options: dict, mode: str = "true"):
-    """What the source's reading tasks decode (its option decode): "true" every record;
-    "envelope" the envelope only (operators that parse the body themselves; the raw query has
-    already turned bad bodies into dead letters); "summary" counts and dead letters only."""
-    return spark.readStream.format(SOURCE_NAME).options(**options, decode=mode).load()
 
 
 DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "protocol", "kafka_key", "message_id", "source_machine",
@@ -264,7 +244,8 @@ def checkpoint_query_id(checkpoint: str) -> str:
 def start_discovery_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
                           trigger: str = "2s", echo=print):
     """The MQSD discovery operator: its own query over the discovery topic, its own checkpoint."""
-    from .discovery_query import TableWriter, discovery_stream
+    from .discovery_query import discovery_stream
+    from .stateful import TableWriter
     opts = {k: v for k, v in source_opts.items() if k not in ("topicPattern", "dataLossLog")}
     opts["topics"] = TOPICS["mqsd"]
     writer = TableWriter(sink_url, checkpoint_query_id(checkpoint), echo)

@@ -8,7 +8,7 @@ import zipfile
 from importlib import resources
 from pathlib import Path
 
-from .envelope import SCHEMA_IDS, schema_text
+from ..wire.envelope import SCHEMA_IDS, schema_text
 
 PACKAGES = ("streaming", "producers")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)               # same bytes for the same code: a stable file name

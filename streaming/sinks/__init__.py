@@ -68,7 +68,7 @@ DISCOVERY_UNMATCHED = table("discovery_unmatched_replies", [
     ("directory_service_server_size", "bigint"), ("connected_networks", "json")],
     ["request_id", "responder", "arrival_time"])
 
-# MC-MQDSRP replicas (streaming/replication_query.py): one row per server, partition, object, ...
+# MC-MQDSRP replicas (streaming/spark/replication_query.py): one row per server, partition, object, ...
 REPLICATION_SERVERS = table("replication_servers", [
     ("server", "text"), ("role", "text"), ("site_id", "text"), ("psc_name", "text"), ("pec_name", "text"),
     ("psc_neighbors", "json"), ("bsc_neighbors", "json"), ("deleted_objects", "bigint"),
@@ -93,7 +93,7 @@ OUTBOUND_MESSAGES = table("outbound_messages", [
     ("message_id", "text"), ("server", "text"), ("destination", "text"), ("operation", "text"), ("reason", "text"),
     ("partition_id", "text"), ("detail", "json"), ("body", "text"), ("sent_at", "timestamp")], ["message_id"])
 
-# MS-MQCN queue managers (streaming/notification_query.py)
+# MS-MQCN queue managers (streaming/spark/notification_query.py)
 QUEUE_MANAGERS = table("queue_managers", [
     ("machine_id", "text"), ("machine_name", "text"), ("quota", "bigint"), ("journal_quota", "bigint"),
     ("security", "text"), ("updated_at", "timestamp")], ["machine_id"], mode="replace")

@@ -14,11 +14,11 @@ batches. Options:
                      partition. Balances the cores when a few Kafka partitions hold most records.
   failOnDataLoss     true (default): fail when offsets to read were deleted; false: skip ahead
   dataLossLog        file that records skipped offsets when failOnDataLoss is false
-  decode             true: decode envelopes and bodies in the reading task (streaming.decode), so the
+  decode             true: decode envelopes and bodies in the reading task (streaming.spark.decode), so the
                      source yields decoded rows (one Python hop fewer than a separate mapInArrow);
                      envelope: the envelope only (for operators that decode the body themselves);
                      summary: decode every record but yield only counts and dead letters
-                     (streaming.decode.summarize_records; the raw query's input)
+                     (streaming.spark.decode.summarize_records; the raw query's input)
   kafka.<setting>    any Kafka client setting (security.protocol, sasl.*, ssl.*, ...)
 """
 import json
@@ -30,6 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
+from ..wire.topics import TOPICS
 from .kafka_offsets import EndOffsets, SourceError, flatten, nest
 
 SOURCE_NAME = "msmq_kafka"
@@ -336,3 +337,23 @@ def _cap(begin: dict, ends: dict, max_rows: int) -> dict:
 
 def register(spark) -> None:
     spark.dataSource.register(KafkaSource)
+
+
+def source_options(bootstrap: str, kafka_options: dict | None = None, topics: list[str] | None = None,
+                   starting_offsets: str = "earliest", max_records: int | None = None,
+                   fail_on_data_loss: bool = True, data_loss_log: str | None = None) -> dict:
+    opts = {"bootstrap": bootstrap, "topics": ",".join(topics or TOPICS.values()),
+            "startingOffsets": starting_offsets, "failOnDataLoss": str(fail_on_data_loss).lower()}
+    if max_records:
+        opts["maxRecordsPerBatch"] = str(max_records)
+    if data_loss_log:
+        opts["dataLossLog"] = data_loss_log
+    opts.update({f"kafka.{k}": v for k, v in (kafka_options or {}).items()})
+    return opts
+
+
+def decoded_stream(spark, options: dict, mode: str = "true"):
+    """What the source's reading tasks decode (its option decode): "true" every record;
+    "envelope" the envelope only (operators that parse the body themselves; the raw query has
+    already turned bad bodies into dead letters); "summary" counts and dead letters only."""
+    return spark.readStream.format(SOURCE_NAME).options(**options, decode=mode).load()

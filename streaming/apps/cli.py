@@ -3,7 +3,7 @@ import argparse
 import json
 import sys
 
-from .wire import PROTOCOLS, WireError, decode, record_to_dict
+from ..wire import PROTOCOLS, WireError, decode, record_to_dict
 
 EXIT_BAD_INPUT = 2
 
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     dec.set_defaults(func=cmd_decode)
     from producers.cli import add_kafka_arguments, register
     register(sub)
-    from .run_cli import register as register_run
+    from .run import register as register_run
     register_run(sub, add_kafka_arguments)
     from .verify import register as register_verify
     register_verify(sub)

@@ -15,10 +15,10 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from .discovery_query import OUTPUT_DDL, TableWriter, replace_timers
-from .operators.notification_rows import directory_version, step_rows
-from .operators.notifications import QMState, QueueManager, Settings, notification_from
-from .wire import WireError, decode
+from .stateful import OUTPUT_DDL, TableWriter, replace_timers
+from ..operators.notification_rows import directory_version, step_rows
+from ..operators.notifications import QMState, QueueManager, Settings, notification_from
+from ..wire import WireError, decode
 
 WATERMARK_DELAY = "10 seconds"
 OBJECTS_TOPIC = "msmq.dsrp.objects"
@@ -85,7 +85,7 @@ COLUMNS = ["qm_key", "event_time", "event_ms", "kind", "topic", "partition", "of
 def notification_stream(spark, traffic_opts: dict, objects_opts: dict, settings: Settings):
     from pyspark.sql import functions as F
 
-    from .job import decoded_stream
+    from .kafka_source import decoded_stream
     traffic = (decoded_stream(spark, traffic_opts, "envelope").filter("ok")
                .withColumn("qm_key", F.coalesce(
                    F.nullif(F.lower(F.regexp_extract("destination_queue", r"(?i)^PRIVATE=\{?([0-9a-f-]{36})", 1)),

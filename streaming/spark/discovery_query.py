@@ -12,21 +12,13 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import StringType, StructField, StructType
 
-from .operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, Reply, Request, state_from_json,
+from ..operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, Reply, Request, state_from_json,
                                   state_to_json)
-from .wire import decode
+from ..wire import decode
+from .stateful import OUTPUT_DDL, replace_timers
 
-OUTPUT_DDL = "table_name string, payload string"
 WATERMARK_DELAY = "10 seconds"
 FORGET_AFTER_MS = 15_000           # a completed request is kept this long to recognise late replies
-
-
-def replace_timers(handle, due_ms: int | None) -> None:
-    """Each operator keeps at most one timer per key: the next thing due (None: nothing)."""
-    for t in list(handle.listTimers()):
-        handle.deleteTimer(t)
-    if due_ms is not None:
-        handle.registerTimer(due_ms)
 
 
 def _ts(ms: int) -> str:
@@ -131,31 +123,3 @@ def discovery_stream(decoded):
                     "source_machine")
             .groupBy("state_key")
             .transformWithStateInPandas(DiscoveryProcessor(), OUTPUT_DDL, "Append", "EventTime"))
-
-
-class TableWriter:
-    """foreachBatch for operator outputs: rows of (table_name, JSON payload) upserted in one transaction."""
-
-    def __init__(self, sink_url: str, query_id: str, echo=print, label: str = "discovery"):
-        self.sink_url, self.query_id, self.echo, self.label = sink_url, query_id, echo, label
-        self._sink = None
-
-    def __call__(self, df, batch_id: int) -> None:
-        from .sinks import open_sink
-        if self._sink is None:
-            self._sink = open_sink(self.sink_url)
-        rows: dict[str, list[dict]] = {}
-        for r in df.collect():
-            payload = json.loads(r["payload"])
-            for k, v in payload.items():
-                if k.endswith(("_at", "_seen", "_time")) and isinstance(v, str):
-                    payload[k] = datetime.fromisoformat(v)
-            rows.setdefault(r["table_name"], []).append(payload)
-        written = self._sink.write_batch(self.query_id, batch_id, rows)
-        self.after_write(rows)
-        if any(rows.values()):
-            self.echo(f"{self.label} batch {batch_id}: " + ", ".join(f"{len(v)} {k}" for k, v in rows.items())
-                      + ("" if written else " (already written: skipped)"))
-
-    def after_write(self, rows: dict[str, list[dict]]) -> None:
-        """Called after every batch, also one already written (a replay): side effects go here."""

@@ -1,0 +1,1 @@
+"""The applications on top: the `dirstream` command, `run`, `verify` and the dashboard."""

@@ -1,0 +1,100 @@
+"""The package layout is the architecture: each folder is one layer and imports only from the
+layers below it (or within itself), and no module imports itself back through others."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# bottom to top: the sans-IO core, the sinks and tools beside it, the adapters, the applications
+LAYERS = {"streaming.wire": 0, "streaming.operators": 1, "streaming.sinks": 1, "infra": 1, "streaming.spark": 2,
+          "producers": 2, "streaming.apps": 3}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for top in ("streaming", "producers", "infra"):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every project module `name` imports, at the top or inside a function."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def layer_of(module: str) -> str | None:
+    return max((folder for folder in LAYERS if module == folder or module.startswith(folder + ".")),
+               key=len, default=None)
+
+
+def test_there_is_no_import_circle():
+    g = graph()
+    state: dict[str, int] = {}
+    circles = []
+
+    def visit(node, trail):
+        state[node] = 1
+        for nxt in sorted(g.get(node, ())):
+            if state.get(nxt) == 1:
+                circles.append(" -> ".join(trail[trail.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = 2
+
+    for node in sorted(g):
+        if node not in state:
+            visit(node, [node])
+    assert circles == []
+
+
+def test_each_folder_imports_only_from_the_layers_below_it():
+    wrong = []
+    for module, targets in graph().items():
+        mine = layer_of(module)
+        for target in targets:
+            theirs = layer_of(target)
+            if mine is None or theirs is None or theirs == mine:
+                continue
+            if LAYERS[theirs] >= LAYERS[mine]:
+                wrong.append(f"{module} ({mine}) imports {target} ({theirs})")
+    assert wrong == []
+
+
+def test_the_sans_io_core_imports_no_spark_kafka_or_database():
+    heavy = ("pyspark", "confluent_kafka", "kafka", "sqlite3", "psycopg", "pandas", "pyarrow")
+    for name, path in modules().items():
+        if layer_of(name) in ("streaming.wire", "streaming.operators"):
+            tree = ast.parse(path.read_text())
+            used = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
+                (n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level}
+            assert not used & set(heavy), f"{name} imports {used & set(heavy)}"
+
+
+def test_every_module_belongs_to_a_layer():
+    assert [m for m in modules() if layer_of(m) is None and m != "streaming"] == []
