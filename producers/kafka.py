@@ -165,8 +165,10 @@ class ConfluentPublisher(Publisher):
         super().__init__()
         from confluent_kafka import Producer
         # idempotent: a record retried across a broker restart is written once, in order
-        self.producer = Producer(settings.confluent(**{"linger.ms": 20, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-                                                       "enable.idempotence": True}))
+        conf = {"linger.ms": 20, "message.timeout.ms": DELIVERY_TIMEOUT_MS, "enable.idempotence": True}
+        conf.update(settings.confluent())              # the user's settings win (a longer message.timeout.ms)
+        self.delivery_timeout_s = int(conf["message.timeout.ms"]) / 1000
+        self.producer = Producer(conf)
 
     def send(self, topic, key, value, headers):
         while True:
@@ -181,6 +183,9 @@ class ConfluentPublisher(Publisher):
 
     def flush(self, timeout=60.0):
         self.producer.flush(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        super().close(self.delivery_timeout_s + 10 if timeout is None else timeout)
 
 
 class KafkaPythonPublisher(Publisher):

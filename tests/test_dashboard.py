@@ -90,10 +90,10 @@ def test_every_page_shows_the_sink(broker, tmp_path, browser):
     server, base = serve(url, tmp_path)
     try:
         visit(browser, base, "pipeline", tmp_path, "pipeline-batches")
-        assert int(text_of(browser, "pipeline-batches")) == one(sink, "SELECT COUNT(*) AS n FROM pipeline_progress")
+        assert int(text_of(browser, "pipeline-batches")) == one(sink, "SELECT COUNT(*) AS n FROM pipeline_progress WHERE query_name = 'dirstream'")
         assert int(text_of(browser, "pipeline-dead-letters")) == one(sink, "SELECT COUNT(*) AS n FROM dead_letters") > 0
         assert int(text_of(browser, "pipeline-input-rows")) == one(
-            sink, "SELECT SUM(input_rows) AS n FROM pipeline_progress")
+            sink, "SELECT SUM(input_rows) AS n FROM pipeline_progress WHERE query_name = 'dirstream'")
         raw = sink.query("SELECT raw_value FROM dead_letters ORDER BY recorded_at DESC, kafka_offset DESC LIMIT 1")
         assert bytes(raw[0]["raw_value"])[:8].hex(" ") in text_of(browser, "dead-letters-table")
 

@@ -30,7 +30,7 @@ def sink_totals(url: str) -> dict:
     s = open_sink(url)
     try:
         progress = s.query("SELECT COALESCE(SUM(input_rows), 0) AS rows, COALESCE(SUM(dead_letters), 0) AS dead, "
-                           "COUNT(*) AS batches FROM pipeline_progress")[0]
+                           "COUNT(*) AS batches FROM pipeline_progress WHERE query_name = 'dirstream'")[0]
         seen = {r["protocol"]: r["n"] for r in s.query(
             "SELECT protocol, SUM(messages) AS n FROM raw_messages_seen GROUP BY protocol")}
         dead = s.query("SELECT message_id, error_reason, error_structure, error_field, error_offset, topic, "
@@ -174,7 +174,7 @@ def test_recreated_topic_fails_or_skips_counting(spark, broker, tmp_path):
     _publish_raw(broker, TOPICS["mqsd"], [good] * 150)
     assert run_once(spark, broker, url, ckpt, fail_on_data_loss=False, **opts).exception() is None
     s = open_sink(url)
-    assert s.query("SELECT MAX(skipped_offsets) AS s FROM pipeline_progress")[0]["s"] == 100
+    assert s.query("SELECT MAX(skipped_offsets) AS s FROM pipeline_progress WHERE query_name = 'dirstream'")[0]["s"] == 100
     assert sink_totals(url)["rows"] == 100 + 60          # offsets 100..159 of the new topic
 
 
@@ -198,14 +198,14 @@ def _output(proc) -> str:
 
 
 def test_sigkill_and_restart_gives_the_uninterrupted_result(broker, tmp_path):
-    summary, _ = simulate(broker, tmp_path, "--seed", "13", "--count", "10000", "--corrupt", "0.01")
+    summary, _ = simulate(broker, tmp_path, "--seed", "13", "--count", "6000", "--corrupt", "0.01")
     straight = f"sqlite:///{tmp_path}/straight.db"
     done = _job(broker, straight, tmp_path / "c_straight", "--once")
     assert done.wait(600) == 0, _output(done)
     killed = f"sqlite:///{tmp_path}/killed.db"
     kills = 0
-    for _ in range(3):
-        proc = _job(broker, killed, tmp_path / "c_killed", "--max-records", "1500", "--trigger", "200ms")
+    for _ in range(2):
+        proc = _job(broker, killed, tmp_path / "c_killed", "--max-records", "1000", "--trigger", "200ms")
         before = _rows(killed)
         deadline = time.monotonic() + 120
         while _rows(killed) <= before and time.monotonic() < deadline:
@@ -216,7 +216,7 @@ def test_sigkill_and_restart_gives_the_uninterrupted_result(broker, tmp_path):
         kills += 1
     final = _job(broker, killed, tmp_path / "c_killed", "--once")
     assert final.wait(600) == 0, _output(final)
-    assert kills == 3
+    assert kills == 2
     a, b = _dump(straight), _dump(killed)
     assert a["dead_letters"] == b["dead_letters"] and a["raw_messages_seen"] == b["raw_messages_seen"]
     assert a["rows"] == b["rows"] == summary["published"]
@@ -236,7 +236,7 @@ def _dump(url: str) -> dict:
             "dead_letters": s.query("SELECT topic, kafka_partition, kafka_offset, kafka_key, protocol, error, raw_value, "
                                     "message_id FROM dead_letters ORDER BY topic, kafka_partition, kafka_offset"),
             "raw_messages_seen": s.query("SELECT * FROM raw_messages_seen ORDER BY protocol, server, minute"),
-            "rows": s.query("SELECT SUM(input_rows) AS n FROM pipeline_progress")[0]["n"],
+            "rows": s.query("SELECT SUM(input_rows) AS n FROM pipeline_progress WHERE query_name = 'dirstream'")[0]["n"],
         }
     finally:
         s.close()
@@ -332,7 +332,7 @@ def test_split_summary_and_per_record_paths_write_the_same_tables(spark, broker,
             s.query("SELECT topic, kafka_partition, kafka_offset, protocol, kafka_key, message_id, source_machine, "
                     "destination_machine, arrival_time, error_structure, error_field, error_offset, error_reason, "
                     "error, raw_value FROM dead_letters ORDER BY topic, kafka_partition, kafka_offset"),
-            s.query("SELECT SUM(input_rows) AS n, SUM(dead_letters) AS d FROM pipeline_progress"))
+            s.query("SELECT SUM(input_rows) AS n, SUM(dead_letters) AS d FROM pipeline_progress WHERE query_name = 'dirstream'"))
         s.close()
     assert tables["summary"] == tables["records"]
     assert tables["summary"][2][0]["n"] == summary["published"] and tables["summary"][1]

@@ -97,5 +97,5 @@ def test_the_installed_wheel_decodes_and_runs_the_job_outside_the_source_tree(di
     assert job.returncode == 0, job.stderr[-3000:]
     import sqlite3
     with sqlite3.connect(tmp_path / "out.db") as db:
-        assert db.execute("SELECT SUM(input_rows) FROM pipeline_progress").fetchone()[0] == published
+        assert db.execute("SELECT SUM(input_rows) FROM pipeline_progress WHERE query_name = 'dirstream'").fetchone()[0] == published
         assert db.execute("SELECT COUNT(*) FROM notification_batches").fetchone()[0] > 0     # operators ran

@@ -93,7 +93,7 @@ def objects(url: str) -> list[dict]:
 
 
 def test_replicas_heal_through_the_responder_and_survive_sigkill(broker, tmp_path):
-    summary, truth = simulate(broker, tmp_path, "--seed", "3", "--count", "5000", "--reorder", "0.1", "--duplicate",
+    summary, truth = simulate(broker, tmp_path, "--seed", "3", "--count", "3000", "--reorder", "0.1", "--duplicate",
                               "0.05", "--drop", "0.05", "--nack", "0.01", "--corrupt", "0.01")
     truth_file = next(tmp_path.glob("truth-*.json"))
     assert truth["dropped"] and truth["duplicates"]
@@ -209,6 +209,13 @@ def test_queue_managers_verify_against_the_truth_on_postgresql(broker, tmp_path,
         refreshes = s.query("SELECT COUNT(*) AS n FROM notification_batches WHERE refresh_all")[0]["n"]
         v2_applied = s.query("SELECT COUNT(*) AS n FROM notifications WHERE version = 2 AND outcome = 'applied' "
                              "AND action = 'create queue'")[0]["n"]
+        per_query = {r["query_name"]: r for r in s.query(
+            "SELECT query_name, COUNT(*) AS batches, SUM(input_rows) AS rows, SUM(late_rows) AS late, "
+            "MAX(state_rows) AS state FROM pipeline_progress GROUP BY query_name")}
     finally:
         s.close()
+    # every query's progress is recorded; nothing of the pipeline's own topic arrives late
+    assert set(per_query) == {"dirstream", "dirstream-discovery", "dirstream-replication", "dirstream-notifications"}
+    assert all(q["batches"] > 0 and q["late"] == 0 for q in per_query.values())
+    assert per_query["dirstream-notifications"]["rows"] > 0 and per_query["dirstream-replication"]["state"] > 0
     assert {"applied", "discarded"} <= outcomes and refreshes > 0 and v2_applied > 0

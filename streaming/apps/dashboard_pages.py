@@ -63,10 +63,12 @@ def table(ident: str, rows: list[dict], columns: list[str], page_size: int = 15)
 
 # ------------------------------------------------------------------ pages
 def pipeline_page(r: SinkReader):
-    progress = r.query("pipeline_progress", "SELECT * FROM pipeline_progress ORDER BY finished_at")
+    every = r.query("pipeline_progress", "SELECT * FROM pipeline_progress ORDER BY finished_at")
+    progress = [p for p in every if p.get("query_name") in (None, "dirstream")]      # the raw query's batches
     dead = r.query("dead_letters", "SELECT * FROM dead_letters ORDER BY recorded_at DESC, kafka_offset DESC")
     if not progress:
         return [html.H3("Pipeline"), empty("pipeline_progress")]
+    queries = _per_query(every)
     latest = progress[-1]
     lag = _json(latest["lag"]) or {}
     by_reason: dict[str, int] = {}
@@ -81,7 +83,11 @@ def pipeline_page(r: SinkReader):
         html.Div([stat("pipeline-batches", "micro-batches", len(progress)),
                   stat("pipeline-input-rows", "input rows", sum(p["input_rows"] for p in progress)),
                   stat("pipeline-dead-letters", "dead letters", len(dead)),
-                  stat("pipeline-total-lag", "total lag", latest["total_lag"])]),
+                  stat("pipeline-total-lag", "total lag", latest["total_lag"]),
+                  stat("pipeline-late-rows", "late rows (dropped by a watermark)", sum(q["late_rows"] for q in queries))]),
+        html.H4("Queries"),
+        table("pipeline-queries", queries, ["query", "batches", "input_rows", "late_rows", "state_rows",
+                                            "state_memory_bytes", "timers_fired", "last_batch_ms"]),
         dcc.Graph(id="pipeline-rate", figure=_line([str(p["finished_at"]) for p in progress], {
             "input rows": [p["input_rows"] for p in progress],
             "processed rows/s": [round(p["rows_per_second"]) for p in progress]}, "rows per micro-batch")),
@@ -94,7 +100,7 @@ def pipeline_page(r: SinkReader):
            dcc.Graph(id="dead-over-time", figure=_bar(list(per_minute), list(per_minute.values()),
                                                       "dead letters per minute recorded")),
            table("dead-letters-table", [dict(d, raw_value=_hex(d["raw_value"])) for d in dead[:200]],
-                 ["topic", "kafka_partition", "kafka_offset", "protocol", "error_field", "error_offset",
+                 ["topic", "kafka_partition", "kafka_offset", "protocol", "stage", "error_field", "error_offset",
                   "error_reason", "raw_value", "recorded_at"])] if dead else [empty("dead_letters")]),
     ]
 
@@ -343,3 +349,17 @@ def _topology(rows: list[dict]):
 
 
 # ====================================================================== command
+
+
+def _per_query(progress: list[dict]) -> list[dict]:
+    """Per query: batches, rows, late rows (all batches) and the latest batch's state figures."""
+    out: dict[str, dict] = {}
+    for p in progress:
+        name = p.get("query_name") or "dirstream"
+        q = out.setdefault(name, {"query": name, "batches": 0, "input_rows": 0, "late_rows": 0})
+        q["batches"] += 1
+        q["input_rows"] += p["input_rows"] or 0
+        q["late_rows"] += p.get("late_rows") or 0
+        q.update(state_rows=p.get("state_rows"), state_memory_bytes=p.get("state_memory_bytes"),
+                 timers_fired=p.get("timers_fired"), last_batch_ms=p["duration_ms"])
+    return [out[k] for k in sorted(out)]

@@ -90,6 +90,8 @@ def _run(args) -> int:
              args.bootstrap, args.sink, args.checkpoint, args.master)
     spark = build_spark(args.master, conf=conf)
     echo = lambda line: log.info("%s", line)  # noqa: E731
+    if not args.topics and not args.topic_pattern:
+        _record_operator_progress(spark, args)
     try:
         queries = [start_query(spark, sink_url=args.sink, checkpoint=os.path.join(args.checkpoint, "raw"),
                                source_opts=opts, once=args.once, trigger=args.trigger, echo=echo,
@@ -127,6 +129,18 @@ def _run(args) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)                                   # noqa: the queries and Spark are stopped
+
+
+def _record_operator_progress(spark, args) -> None:
+    """Each operator query's micro-batches in pipeline_progress, late rows included."""
+    import os
+
+    from ..spark.pipeline import checkpoint_query_id
+    from ..spark.progress import OperatorProgress
+    names = {"dirstream-discovery": "discovery", "dirstream-replication": "replication",
+             "dirstream-notifications": "notifications"}
+    ids = {name: checkpoint_query_id(os.path.join(args.checkpoint, folder)) for name, folder in names.items()}
+    spark.streams.addListener(OperatorProgress(args.sink, ids))
 
 
 def cn_settings(args):

@@ -84,6 +84,7 @@ class Notification:
     object_guid: str | None = None
     domain_controller: str | None = None
     destination_queue: str | None = None              # the format name it was sent to (None: not known)
+    origin: tuple | None = None                       # where it came from (the adapter's: Kafka coordinates, body)
 
 
 @dataclass
@@ -165,6 +166,7 @@ class QueueManager:
         self.batches: list[Batch] = []
         self.queues_touched: set[str] = set()
         self.qm_touched = False
+        self.current: Notification | None = None          # the notification being processed
 
     # ------------------------------------------------------------ arrival (1.6, note <3>)
     def receive(self, n: Notification, destination_name: str | None = None) -> None:
@@ -263,6 +265,7 @@ class QueueManager:
     # ------------------------------------------------------------ 3.2.5 processing
     def process(self, n: Notification, now: int, batch: int) -> None:
         """3.2.5: one message processed at `now` (at arrival in immediate mode, else when its timer fires)."""
+        self.current = n
         if n.version == 1:
             self._process_v1(n, now, batch)
         elif n.version == 2 and self.settings.mode == "immediate":

@@ -44,7 +44,8 @@ DEAD_LETTERS = table("dead_letters", [
     ("kafka_key", "text"), ("protocol", "text"), ("error_structure", "text"), ("error_field", "text"),
     ("error_offset", "bigint"), ("error_reason", "text"), ("error", "text"), ("raw_value", "bytes"),
     ("message_id", "text"), ("source_machine", "text"), ("destination_machine", "text"),
-    ("arrival_time", "timestamp"), ("recorded_at", "timestamp")], ["topic", "kafka_partition", "kafka_offset"])
+    ("arrival_time", "timestamp"), ("recorded_at", "timestamp"), ("stage", "text")],
+    ["topic", "kafka_partition", "kafka_offset"])
 RAW_MESSAGES_SEEN = table("raw_messages_seen", [
     ("protocol", "text"), ("server", "text"), ("minute", "timestamp"), ("messages", "bigint"),
     ("dead_letters", "bigint")], ["protocol", "server", "minute"], mode="accumulate",
@@ -53,7 +54,8 @@ PIPELINE_PROGRESS = table("pipeline_progress", [
     ("query_id", "text"), ("batch_id", "bigint"), ("started_at", "timestamp"), ("finished_at", "timestamp"),
     ("input_rows", "bigint"), ("good_rows", "bigint"), ("dead_letters", "bigint"), ("rows_per_second", "double"),
     ("duration_ms", "bigint"), ("end_offsets", "json"), ("lag", "json"), ("total_lag", "bigint"),
-    ("skipped_offsets", "bigint")], ["query_id", "batch_id"])
+    ("skipped_offsets", "bigint"), ("query_name", "text"), ("state_rows", "bigint"), ("state_memory_bytes", "bigint"),
+    ("late_rows", "bigint"), ("timers_fired", "bigint")], ["query_id", "batch_id"])
 
 DISCOVERY_REQUESTS = table("discovery_requests", [
     ("request_id", "text"), ("enterprise_id", "text"), ("client_site", "text"), ("client", "text"),
@@ -148,7 +150,15 @@ class Sink:
         for t in (tables or TABLES.values()):
             cols = ", ".join(f"{c} {_SQL_TYPES[self.dialect][ty]}" for c, ty in t.columns)
             cur.execute(f"CREATE TABLE IF NOT EXISTS {t.name} ({cols}, PRIMARY KEY ({', '.join(t.key)}))")
+            have = self._columns(cur, t.name)
+            for c, ty in t.columns:            # a sink made by an earlier release gets the new columns
+                if c not in have:
+                    cur.execute(f"ALTER TABLE {t.name} ADD COLUMN {c} {_SQL_TYPES[self.dialect][ty]}")
         self.conn.commit()
+
+    def _columns(self, cur, table: str) -> set[str]:
+        cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+        return {d[0] for d in cur.description}
 
     # ---------------------------------------------------------------- writing
     def write_batch(self, query_id: str, batch_id: int, rows: dict[str, list[dict]]) -> bool:

@@ -15,7 +15,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from ..operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, Reply, Request, state_from_json,
                                   state_to_json)
 from ..wire import decode
-from .stateful import OUTPUT_DDL, replace_timers
+from .stateful import OUTPUT_DDL, apply_guarded, dead_letter, raise_if_poison, replace_timers
 
 WATERMARK_DELAY = "10 seconds"
 FORGET_AFTER_MS = 15_000           # a completed request is kept this long to recognise late replies
@@ -41,21 +41,26 @@ class DiscoveryProcessor(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues):
         request_id = key[0]
-        st, out = self._load(), []
         frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
-        for body, arrival, source in zip(frame["body"], frame["arrival_ms"], frame["source_machine"]):
-            packet = decode("mqsd", body)
+
+        def apply(work, row) -> None:
+            st, out = work
+            raise_if_poison(row.message_id)
+            arrival, source = int(row.arrival_ms), row.source_machine
+            packet = decode("mqsd", bytes(row.body))
             if packet.client_request is not None:
                 r = packet.client_request
-                out += self.core.on_request(st, request_id, Request(int(arrival), r.enterprise_id, r.site_id, source))
+                out += self.core.on_request(st, request_id, Request(arrival, r.enterprise_id, r.site_id, source))
             else:
                 r = packet.server_reply
-                reply = Reply(int(arrival), source, r.directory_service_server_size,
+                reply = Reply(arrival, source, r.directory_service_server_size,
                               [(e.ip_supported, e.ipx_supported, e.name) for e in r.directory_service_server_array or []],
                               list(r.connected_network_array), r.responding_site_id)
                 out += self.core.on_reply(st, request_id, reply)
                 out += self._topology(st, reply)
-        yield from self._emit(st, out)
+
+        (st, out), poisoned = apply_guarded(lambda: (self._load(), []), list(frame.itertuples(index=False)), apply)
+        yield from self._emit(st, out, [dead_letter("operator:discovery", "mqsd", row, exc) for row, exc in poisoned])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         st = self._load()
@@ -65,8 +70,8 @@ class DiscoveryProcessor(StatefulProcessor):
         out = self.core.on_timer(st, key[0], expiredTimerInfo.getExpiryTimeInMs())
         yield from self._emit(st, out)
 
-    def _emit(self, st: DiscoveryState, out: list):
-        rows = []
+    def _emit(self, st: DiscoveryState, out: list, dead: list | None = None):
+        rows = [(table, json.dumps(payload)) for table, payload in dead or []]
         self._completed_at = 0
         for item in out:
             if isinstance(item, Outcome):
@@ -120,6 +125,6 @@ def discovery_stream(decoded):
             .withColumn("arrival_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
             .withWatermark("arrival_time", WATERMARK_DELAY)
             .select("state_key", "arrival_ms", "arrival_time", "topic", "partition", "offset", "body",
-                    "source_machine")
+                    "source_machine", "message_id")
             .groupBy("state_key")
             .transformWithStateInPandas(DiscoveryProcessor(), OUTPUT_DDL, "Append", "EventTime"))

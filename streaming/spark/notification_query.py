@@ -15,7 +15,7 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from .stateful import OUTPUT_DDL, TableWriter, replace_timers
+from .stateful import OUTPUT_DDL, POISON_IDS, TableWriter, apply_guarded, dead_letter, raise_if_poison, replace_timers
 from ..operators.notification_rows import directory_version, step_rows
 from ..operators.notifications import QMState, QueueManager, Settings, notification_from
 from ..wire import WireError, decode
@@ -23,6 +23,7 @@ from ..wire import WireError, decode
 WATERMARK_DELAY = "10 seconds"
 OBJECTS_TOPIC = "msmq.dsrp.objects"
 CLOCK_KEY = "~clock"
+STAGE = "operator:notifications"
 
 
 class NotificationProcessor(StatefulProcessor):
@@ -35,39 +36,43 @@ class NotificationProcessor(StatefulProcessor):
 
     def _load(self, key: str) -> QueueManager:
         st = pickle.loads(bytes(self.state.get()[0])) if self.state.exists() else QMState(key)
-        return QueueManager(st, self.settings)
+        qm = QueueManager(st, self.settings)
+        if POISON_IDS:                      # test-only: these notifications raise when processed
+            process = qm.process
+            qm.process = lambda n, now, batch: (setattr(qm, "current", n), raise_if_poison(n.message_id),
+                                                process(n, now, batch))[2]
+        return qm
 
     def handleInputRows(self, key, rows, timerValues):
         if key[0] == CLOCK_KEY:
             return                          # MQSD rows: they only moved the event-time clock
-        qm = self._load(key[0])
         frame = pd.concat(list(rows)).sort_values(["event_ms", "kind", "topic", "partition", "offset"])
-        for row in frame.itertuples(index=False):
-            if row.kind == "directory":
-                routed = directory_version(json.loads(bytes(row.body)))
-                if routed:
-                    qm.directory_object(routed[1], routed[2])
-            else:
-                try:
-                    msg = decode("mqcn", bytes(row.body))
-                except WireError:
-                    continue                # a dead letter, recorded by the raw query
-                qm.receive(notification_from(msg, message_id=row.message_id, arrival_ms=int(row.event_ms),
-                                             sender_identifier_type=row.sender_identifier_type,
-                                             authentication_level=row.authentication_level,
-                                             source=row.source_machine,
-                                             destination_queue=row.destination_queue), row.destination_machine)
-        yield from self._finish(qm, timerValues.getCurrentWatermarkInMs())
+        qm, poisoned = apply_guarded(lambda: self._load(key[0]), list(frame.itertuples(index=False)), _apply_row)
+        dead = [dead_letter(STAGE, "mqcn" if row.kind != "directory" else "directory", row, exc)
+                for row, exc in poisoned]
+        yield from self._finish(qm, timerValues.getCurrentWatermarkInMs(), dead)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-        qm = self._load(key[0])
         # every timer due by the watermark, in order: one fired timer may arm another already due
-        qm.on_timer(max(expiredTimerInfo.getExpiryTimeInMs(), timerValues.getCurrentWatermarkInMs()))
-        yield from self._finish(qm, timerValues.getCurrentWatermarkInMs())
+        now = max(expiredTimerInfo.getExpiryTimeInMs(), timerValues.getCurrentWatermarkInMs())
+        skipped: dict[str, tuple] = {}
+        while True:
+            qm = self._load(key[0])
+            qm.s.pending = [n for n in qm.s.pending if n.message_id not in skipped]
+            try:
+                qm.on_timer(now)
+                break
+            except Exception as exc:          # noqa: BLE001 -- the notification being processed is the poison
+                culprit = qm.current
+                if culprit is None or culprit.message_id in skipped:
+                    raise
+                skipped[culprit.message_id] = (culprit, exc)
+        dead = [dead_letter(STAGE, "mqcn", _Origin(n), exc) for n, exc in skipped.values()]
+        yield from self._finish(qm, timerValues.getCurrentWatermarkInMs(), dead)
 
-    def _finish(self, qm: QueueManager, watermark_ms: int):
+    def _finish(self, qm: QueueManager, watermark_ms: int, dead: list):
         qm.forget_versions(watermark_ms)
-        rows = step_rows(qm)
+        rows = step_rows(qm) + dead
         self.state.update((pickle.dumps(qm.s, protocol=5),))
         replace_timers(self.handle, qm.next_timer_ms())
         if rows:
@@ -75,6 +80,32 @@ class NotificationProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def _apply_row(qm: QueueManager, row) -> None:
+    if row.kind == "directory":
+        routed = directory_version(json.loads(bytes(row.body)))
+        if routed:
+            qm.directory_object(routed[1], routed[2])
+        return
+    try:
+        msg = decode("mqcn", bytes(row.body))
+    except WireError:
+        return                              # a dead letter, recorded by the raw query
+    n = notification_from(msg, message_id=row.message_id, arrival_ms=int(row.event_ms),
+                          sender_identifier_type=row.sender_identifier_type,
+                          authentication_level=row.authentication_level, source=row.source_machine,
+                          destination_queue=row.destination_queue)
+    n.origin = (row.topic, int(row.partition), int(row.offset), bytes(row.body))
+    qm.receive(n, row.destination_machine)
+
+
+class _Origin:
+    """A pending notification's Kafka coordinates and body, as a dead letter wants them."""
+
+    def __init__(self, n):
+        self.topic, self.partition, self.offset, self.body = n.origin
+        self.message_id, self.arrival_ms, self.source_machine = n.message_id, n.arrival_ms, n.source
 
 
 COLUMNS = ["qm_key", "event_time", "event_ms", "kind", "topic", "partition", "offset", "body", "message_id",

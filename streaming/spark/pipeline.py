@@ -159,7 +159,8 @@ class BatchWriter:
                 "input_rows": total, "good_rows": total - bad, "dead_letters": bad,
                 "rows_per_second": total / duration if duration > 0 else 0.0, "duration_ms": int(duration * 1000),
                 "end_offsets": {f"{t}[{p}]": e for (t, p), e in sorted(self._ends.items())}, "lag": lag,
-                "total_lag": sum(lag.values()), "skipped_offsets": self._skipped()}
+                "total_lag": sum(lag.values()), "skipped_offsets": self._skipped(),
+                "query_name": "dirstream", "late_rows": 0}          # no watermark: nothing is late
 
     def _latest(self) -> dict:
         try:

@@ -15,7 +15,7 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from .stateful import OUTPUT_DDL, TableWriter, replace_timers
+from .stateful import OUTPUT_DDL, TableWriter, apply_guarded, dead_letter, raise_if_poison, replace_timers
 from ..operators.replica_store import ObjectStore
 from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
 from ..operators.replication_rows import step_rows
@@ -61,27 +61,18 @@ class ReplicationProcessor(StatefulProcessor):
         return Replica(st, ObjectStore(MapStateBackend(self.objects)), self.pec_name)
 
     def handleInputRows(self, key, rows, timerValues):
-        r = self._replica(key[0])
         frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
-        for body, arrival, source, cls, queue in zip(frame["body"], frame["arrival_ms"], frame["source_machine"],
-                                                     frame["message_class"], frame["destination_queue"]):
-            body = bytes(body)
-            try:
-                msg = decode("mqdsrp", body)
-            except WireError:
-                continue                    # a dead letter, recorded by the raw query
-            r.receive(msg, arrival_ms=int(arrival), source=source, message_class=cls, destination_queue=queue,
-                      body=body)
-        yield from self._finish(r)
+        r, poisoned = apply_guarded(lambda: self._replica(key[0]), list(frame.itertuples(index=False)), _receive)
+        yield from self._finish(r, [dead_letter("operator:replication", "mqdsrp", row, exc) for row, exc in poisoned])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         r = self._replica(key[0])
         r.on_timer(expiredTimerInfo.getExpiryTimeInMs())
         yield from self._finish(r)
 
-    def _finish(self, r: Replica):
+    def _finish(self, r: Replica, dead: list | None = None):
         r.store.flush()
-        rows = step_rows(r, r.s.now_ms, self.id_scope)
+        rows = step_rows(r, r.s.now_ms, self.id_scope) + (dead or [])
         self.control.update((state_to_bytes(r.s),))
         replace_timers(self.handle, r.next_timer_ms())
         if rows:
@@ -91,13 +82,24 @@ class ReplicationProcessor(StatefulProcessor):
         pass
 
 
+def _receive(r: Replica, row) -> None:
+    raise_if_poison(row.message_id)
+    body = bytes(row.body)
+    try:
+        msg = decode("mqdsrp", body)
+    except WireError:
+        return                              # a dead letter, recorded by the raw query
+    r.receive(msg, arrival_ms=int(row.arrival_ms), source=row.source_machine, message_class=row.message_class,
+              destination_queue=row.destination_queue, body=body)
+
+
 def replication_stream(decoded, pec_name: str | None = None, id_scope: str = ""):
     from pyspark.sql import functions as F
     return (decoded.filter("ok")
             .withColumn("arrival_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
             .withWatermark("arrival_time", WATERMARK_DELAY)
             .select("state_key", "arrival_ms", "arrival_time", "topic", "partition", "offset", "body",
-                    "source_machine", "message_class", "destination_queue")
+                    "source_machine", "message_class", "destination_queue", "message_id")
             .groupBy("state_key")
             .transformWithStateInPandas(ReplicationProcessor(pec_name, id_scope), OUTPUT_DDL, "Append", "EventTime"))
 

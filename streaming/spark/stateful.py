@@ -1,10 +1,63 @@
 """What every stateful operator query shares: the output schema of its processor (rows of
-(table_name, JSON payload)), its one timer per key, and the foreachBatch writer that upserts the
-rows into the sink tables in one transaction per micro-batch."""
+(table_name, JSON payload)), its one timer per key, the guard that keeps one message an operator
+cannot handle from failing the micro-batch, and the foreachBatch writer that upserts the rows into
+the sink tables in one transaction per micro-batch."""
 import json
-from datetime import datetime
+import os
+from datetime import datetime, timezone
 
 OUTPUT_DDL = "table_name string, payload string"
+# Test-only: message ids that make every operator raise while handling them (a poison message).
+POISON_IDS = frozenset(filter(None, os.environ.get("DIRSTREAM_TEST_POISON_IDS", "").split(",")))
+
+
+class PoisonForTests(RuntimeError):
+    pass
+
+
+def raise_if_poison(message_id) -> None:
+    if message_id in POISON_IDS:
+        raise PoisonForTests(f"message {message_id} is poison (DIRSTREAM_TEST_POISON_IDS)")
+
+
+def apply_guarded(load, items: list, apply):
+    """Builds the key's state machine with load() and applies the items in order. An item whose
+    application raises is left out: the machine is built again from the stored state (nothing is
+    saved before the batch ends) and the other items are applied again, so the key's state is as if
+    that message had never come, and a replay gives the same. Returns (machine, [(item, exception)])."""
+    poisoned: dict[int, Exception] = {}
+    while True:
+        machine, current = load(), None
+        try:
+            for i, item in enumerate(items):
+                if i not in poisoned:
+                    current = i
+                    apply(machine, item)
+            return machine, [(items[i], exc) for i, exc in sorted(poisoned.items())]
+        except Exception as exc:          # noqa: BLE001 -- any exception: the message is the poison
+            if current is None:
+                raise
+            poisoned[current] = exc
+
+
+def dead_letter(stage: str, protocol: str, row, exc: Exception) -> tuple[str, dict]:
+    """A dead_letters row for a message an operator raised on: stage, exception, raw bytes and
+    Kafka coordinates."""
+    def get(name):
+        return getattr(row, name, None)
+    arrival = get("arrival_ms")
+    why = f"{type(exc).__name__}: {exc}"
+    return "dead_letters", {
+        "topic": get("topic"), "kafka_partition": int(get("partition")), "kafka_offset": int(get("offset")),
+        "protocol": protocol, "stage": stage, "error": f"{stage} raised {why}", "error_reason": why,
+        "raw_value": bytes(get("body")).hex() if get("body") is not None else None,
+        "message_id": get("message_id"), "source_machine": get("source_machine"),
+        "arrival_time": _iso(int(arrival)) if arrival is not None else None,
+        "recorded_at": datetime.now(timezone.utc).isoformat()}
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def replace_timers(handle, due_ms: int | None) -> None:
@@ -13,7 +66,6 @@ def replace_timers(handle, due_ms: int | None) -> None:
         handle.deleteTimer(t)
     if due_ms is not None:
         handle.registerTimer(due_ms)
-
 
 
 class TableWriter:
@@ -33,6 +85,8 @@ class TableWriter:
             for k, v in payload.items():
                 if k.endswith(("_at", "_seen", "_time")) and isinstance(v, str):
                     payload[k] = datetime.fromisoformat(v)
+                elif k == "raw_value" and isinstance(v, str):
+                    payload[k] = bytes.fromhex(v)
             rows.setdefault(r["table_name"], []).append(payload)
         written = self._sink.write_batch(self.query_id, batch_id, rows)
         self.after_write(rows)

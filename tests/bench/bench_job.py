@@ -95,7 +95,7 @@ def job_rate(bootstrap: str, workdir: Path, max_records: int) -> dict:
     query.awaitTermination()
     overall = time.perf_counter() - started
     sink = open_sink(f"sqlite:///{workdir}/bench.db")
-    rows = sink.query("SELECT batch_id, input_rows, duration_ms FROM pipeline_progress ORDER BY batch_id")
+    rows = sink.query("SELECT batch_id, input_rows, duration_ms FROM pipeline_progress WHERE query_name = 'dirstream' ORDER BY batch_id")
     spark.stop()
     total = sum(r["input_rows"] for r in rows)
     steady = rows[1:] if len(rows) > 2 else rows          # the first batch pays for worker start-up

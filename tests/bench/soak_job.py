@@ -81,8 +81,8 @@ def sink_figures(url: str) -> dict:
         return {"rows": 0, "lag": None}
     try:
         row = sink.query("SELECT COALESCE(SUM(input_rows), 0) AS n, "
-                         "(SELECT total_lag FROM pipeline_progress ORDER BY finished_at DESC LIMIT 1) AS lag "
-                         "FROM pipeline_progress")[0]
+                         "(SELECT total_lag FROM pipeline_progress WHERE query_name = 'dirstream' ORDER BY finished_at DESC LIMIT 1) AS lag "
+                         "FROM pipeline_progress WHERE query_name = 'dirstream'")[0]
         return {"rows": int(row["n"]), "lag": row["lag"]}
     except Exception:
         return {"rows": 0, "lag": None}

@@ -1,0 +1,146 @@
+"""A message an operator raises on does not fail the micro-batch: it goes to dead_letters with the
+stage, the exception and its raw bytes, and the key's state is as if it had never come (driven by
+hand through pyspark's TwsTester, without a Spark session)."""
+import json
+import pickle
+
+import pandas as pd
+import pytest
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from producers.simulator import Simulator
+from replication_harness import arrival_ms
+from streaming.operators.notifications import Settings
+from streaming.spark import discovery_query, notification_query, replication_query, stateful
+
+
+def frames(protocol: str, key_of, count=3000, seed=4) -> dict[str, pd.DataFrame]:
+    """The simulator's messages of one protocol as the operator's input rows, per key."""
+    rows: dict[str, list[dict]] = {}
+    for offset, m in enumerate(Simulator(seed=seed).messages(count)):
+        env = m.envelope
+        if env["protocol"].lower() != protocol:
+            continue
+        key = key_of(env)
+        rows.setdefault(key, []).append({
+            "state_key": key, "qm_key": key, "arrival_ms": arrival_ms(env), "event_ms": arrival_ms(env),
+            "topic": f"msmq.{protocol}.raw", "partition": 0, "offset": offset, "body": env["body"],
+            "kind": protocol, "source_machine": env["source_machine"], "message_class": env["message_class"],
+            "destination_queue": env["destination_queue"], "destination_machine": env["destination_machine"],
+            "message_id": env["message_id"], "sender_identifier_type": env["sender_identifier_type"],
+            "authentication_level": env["authentication_level"]})
+    return {k: pd.DataFrame(v) for k, v in rows.items()}
+
+
+def poison(monkeypatch, *ids):
+    monkeypatch.setattr(stateful, "POISON_IDS", frozenset(ids))
+    monkeypatch.setattr(notification_query, "POISON_IDS", frozenset(ids))
+
+
+def driven(processor) -> TwsTester:
+    return TwsTester(processor, timeMode="EventTime", eventTimeExtractor=lambda row: int(row["arrival_ms"])
+                     if "arrival_ms" in row else int(row["event_ms"]))
+
+
+def outputs(frame: pd.DataFrame) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    if "table_name" not in frame:
+        return out
+    for table, payload in zip(frame["table_name"], frame["payload"]):
+        out.setdefault(table, []).append(payload)
+    return out
+
+
+def test_a_replication_message_that_raises_is_a_dead_letter_and_the_replica_skips_it(monkeypatch):
+    key, frame = max(frames("mqdsrp", lambda e: e["destination_machine"]).items(), key=lambda kv: len(kv[1]))
+    victim = frame.iloc[len(frame) // 2]
+    poison(monkeypatch, victim["message_id"])
+    hit = driven(replication_query.ReplicationProcessor("pec0"))
+    out = outputs(hit.testInPandas(key, frame))
+    (dead,) = [d for d in out["dead_letters"]]
+    assert '"stage": "operator:replication"' in dead and victim["body"].hex() in dead and "PoisonForTests" in dead
+    poison(monkeypatch)
+    without = driven(replication_query.ReplicationProcessor("pec0"))
+    without.testInPandas(key, frame[frame["message_id"] != victim["message_id"]])
+    assert hit.peekValueState("replica", key) == without.peekValueState("replica", key)
+    assert hit.peekMapState("objects", key) == without.peekMapState("objects", key)
+
+
+def test_a_discovery_packet_that_raises_is_a_dead_letter(monkeypatch):
+    by_key = frames("mqsd", lambda e: None, count=3000)
+    rows = next(iter(by_key.values()))
+    from streaming.wire import decode
+    rows["state_key"] = [discovery_query_state_key(b) for b in rows["body"]]
+    key, frame = next((k, g) for k, g in rows.groupby("state_key") if len(g) > 1)
+    victim = frame.iloc[-1]
+    poison(monkeypatch, victim["message_id"])
+    hit = driven(discovery_query.DiscoveryProcessor())
+    out = outputs(hit.testInPandas(key, frame))
+    (dead,) = out["dead_letters"]
+    assert '"stage": "operator:discovery"' in dead and victim["body"].hex() in dead
+    poison(monkeypatch)
+    without = driven(discovery_query.DiscoveryProcessor())
+    without.testInPandas(key, frame.iloc[:-1])
+    assert hit.peekValueState("discovery", key) == without.peekValueState("discovery", key)
+    assert decode
+
+
+def discovery_query_state_key(body: bytes) -> str:
+    from streaming.spark.decode import state_key
+    from streaming.wire import decode
+    return state_key("mqsd", decode("mqsd", bytes(body)), {})
+
+
+@pytest.mark.parametrize("mode", ["immediate", "batched"])
+def test_a_notification_that_raises_is_a_dead_letter_and_the_queue_manager_skips_it(monkeypatch, mode):
+    from streaming.operators.notifications import queue_manager_of
+    settings = Settings(mode=mode)
+    for key, frame in sorted(frames("mqcn", lambda e: queue_manager_of(e["destination_queue"])).items()):
+        end = int(frame["event_ms"].max()) + 3_600_000
+        clean = driven(notification_query.NotificationProcessor(settings))
+        produced = outputs(clean.testInPandas(key, frame)).get("notifications", []) + outputs(
+            clean.setWatermark(end)).get("notifications", [])
+        applied = [json.loads(p)["message_id"] for p in produced if json.loads(p)["outcome"] == "applied"]
+        if applied:
+            break
+    victim = frame[frame["message_id"] == applied[len(applied) // 2]].iloc[0]     # one that gets processed
+    poison(monkeypatch, victim["message_id"])
+    hit = driven(notification_query.NotificationProcessor(settings))
+    out = outputs(hit.testInPandas(key, frame))
+    out_timers = hit.setWatermark(end)
+    dead = out.get("dead_letters", []) + outputs(out_timers).get("dead_letters", [])
+    assert len(dead) == 1 and '"stage": "operator:notifications"' in dead[0] and victim["body"].hex() in dead[0]
+    poison(monkeypatch)
+    without = driven(notification_query.NotificationProcessor(settings))
+    without.testInPandas(key, frame[frame["message_id"] != victim["message_id"]])
+    without.setWatermark(end)
+    a = pickle.loads(hit.peekValueState("queue_manager", key)[0])
+    b = pickle.loads(without.peekValueState("queue_manager", key)[0])
+    assert (a.queues, a.quota, a.batches) == (b.queues, b.quota, b.batches)
+
+
+def test_the_job_goes_on_past_one_poison_message_per_operator(broker, tmp_path):
+    """The whole job, with one message of each protocol made to raise in its operator (test-only
+    hook): exit 0, three dead letters naming their stage, and the rest processed."""
+    import os
+    import sqlite3
+
+    from conftest import consume_all, dirstream, simulate
+    from streaming.wire.envelope import decode_envelope
+    from streaming.wire.topics import TOPICS
+    simulate(broker, tmp_path, "--seed", "8", "--count", "1500")
+    victims = {}
+    for protocol, topic in TOPICS.items():
+        records = sorted(consume_all(broker, topic, idle=1.0), key=lambda m: (m.partition(), m.offset()))
+        victims[protocol] = decode_envelope(records[0].value())["message_id"]
+    sink = tmp_path / "out.db"
+    done = dirstream("run", "--bootstrap", broker, "--sink", f"sqlite:///{sink}", "--checkpoint",
+                     str(tmp_path / "ckpt"), "--once", "--master", "local[2]", "--cn-first-wait", "1s",
+                     "--cn-window", "2s", "--cn-quiet", "2s", timeout=600,
+                     env=dict(os.environ, DIRSTREAM_TEST_POISON_IDS=",".join(victims.values())))
+    assert done.returncode == 0, done.stderr[-3000:]
+    with sqlite3.connect(sink) as db:
+        dead = {row[0]: row[1] for row in db.execute("SELECT message_id, stage FROM dead_letters WHERE stage IS NOT NULL")}
+        assert db.execute("SELECT COUNT(*) FROM directory_objects").fetchone()[0] > 0
+    assert dead == {victims["mqdsrp"]: "operator:replication", victims["mqcn"]: "operator:notifications",
+                    victims["mqsd"]: "operator:discovery"}
