@@ -118,29 +118,3 @@ def test_a_notification_that_raises_is_a_dead_letter_and_the_queue_manager_skips
     b = pickle.loads(without.peekValueState("queue_manager", key)[0])
     assert (a.queues, a.quota, a.batches) == (b.queues, b.quota, b.batches)
 
-
-def test_the_job_goes_on_past_one_poison_message_per_operator(broker, tmp_path):
-    """The whole job, with one message of each protocol made to raise in its operator (test-only
-    hook): exit 0, three dead letters naming their stage, and the rest processed."""
-    import os
-    import sqlite3
-
-    from conftest import consume_all, dirstream, simulate
-    from streaming.wire.envelope import decode_envelope
-    from streaming.wire.topics import TOPICS
-    simulate(broker, tmp_path, "--seed", "8", "--count", "1500")
-    victims = {}
-    for protocol, topic in TOPICS.items():
-        records = sorted(consume_all(broker, topic, idle=1.0), key=lambda m: (m.partition(), m.offset()))
-        victims[protocol] = decode_envelope(records[0].value())["message_id"]
-    sink = tmp_path / "out.db"
-    done = dirstream("run", "--bootstrap", broker, "--sink", f"sqlite:///{sink}", "--checkpoint",
-                     str(tmp_path / "ckpt"), "--once", "--master", "local[2]", "--cn-first-wait", "1s",
-                     "--cn-window", "2s", "--cn-quiet", "2s", timeout=600,
-                     env=dict(os.environ, DIRSTREAM_TEST_POISON_IDS=",".join(victims.values())))
-    assert done.returncode == 0, done.stderr[-3000:]
-    with sqlite3.connect(sink) as db:
-        dead = {row[0]: row[1] for row in db.execute("SELECT message_id, stage FROM dead_letters WHERE stage IS NOT NULL")}
-        assert db.execute("SELECT COUNT(*) FROM directory_objects").fetchone()[0] > 0
-    assert dead == {victims["mqdsrp"]: "operator:replication", victims["mqcn"]: "operator:notifications",
-                    victims["mqsd"]: "operator:discovery"}

@@ -93,7 +93,7 @@ def objects(url: str) -> list[dict]:
 
 
 def test_replicas_heal_through_the_responder_and_survive_sigkill(broker, tmp_path):
-    summary, truth = simulate(broker, tmp_path, "--seed", "3", "--count", "3000", "--reorder", "0.1", "--duplicate",
+    summary, truth = simulate(broker, tmp_path, "--seed", "3", "--count", "5000", "--reorder", "0.1", "--duplicate",
                               "0.05", "--drop", "0.05", "--nack", "0.01", "--corrupt", "0.01")
     truth_file = next(tmp_path.glob("truth-*.json"))
     assert truth["dropped"] and truth["duplicates"]
