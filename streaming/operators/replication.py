@@ -314,9 +314,8 @@ class Replica:
             ok, need_flush = self.handle_directory_update(p, object_type, path, guid, change.properties,
                                                           change.seq_number)
         elif change.command == mqdsrp.CMD_DELETE:
-            values = [prop.value for prop in change.properties]
-            ok, need_flush = self.handle_directory_delete(
-                p, values[1] if len(values) > 1 else 0, values[0] if values else 0, path, guid, change.seq_number)
+            ok, need_flush = self.handle_directory_delete(p, *_delete_type_and_scope(change), path, guid,
+                                                          change.seq_number)
         else:
             ok, need_flush = self.handle_directory_sync(p, object_type, path, guid, change.properties,
                                                         change.seq_number)
@@ -617,7 +616,7 @@ class Replica:
         this replica's copy of the object is not newer than it, LastSeqNumber unchanged."""
         guid = change.guid_identifier if change.use_guid == 1 else None
         key = self._resolve(change.path_name if change.use_guid == 0 else None, guid)
-        if key is None or self.owns(p):
+        if key is None:
             return
         existing = self.store.get(key)
         if change.command == mqdsrp.CMD_SYNC and change.properties:
@@ -627,9 +626,7 @@ class Replica:
                 object_type = object_type_of(change.properties[0].prop_id)
                 self.handle_directory_sync(p, object_type, None, key, change.properties, change.seq_number)
         elif change.command == mqdsrp.CMD_DELETE and existing is not None and existing.seq_number <= change.seq_number:
-            values = [prop.value for prop in change.properties]
-            self.handle_directory_delete(p, values[1] if len(values) > 1 else 0, values[0] if values else 0,
-                                         None, key, change.seq_number)
+            self.handle_directory_delete(p, *_delete_type_and_scope(change), None, key, change.seq_number)
 
     # ------------------------------------------------------------ 3.3.7.7 Receive Already Purged
     def receive_already_purged(self, msg: mqdsrp.AlreadyPurgedMessage) -> None:
@@ -838,6 +835,12 @@ def _name_property(object_type: int, props: dict) -> str | None:
     names = {MQDS_QUEUE: "Q_PATHNAME", MQDS_MACHINE: "QM_PATHNAME", MQDS_SITE: "S_PATHNAME", MQDS_CN: "CN_NAME",
              MQDS_ENTERPRISE: "E_NAME"}
     return props.get(propid(names[object_type])) if object_type in names else None
+
+
+def _delete_type_and_scope(change: DirectoryChange) -> tuple[int, int]:
+    """A delete's PropertyValue[1] (object type) and PropertyValue[0] (scope), 0 when absent."""
+    values = [prop.value for prop in change.properties]
+    return (values[1] if len(values) > 1 else 0), (values[0] if values else 0)
 
 
 def _request_key(requester: str, request_id: int) -> str:
