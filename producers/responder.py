@@ -173,6 +173,43 @@ class Authorities:
         return Answer(dest, env)
 
 
+def latest_arrival_ms(settings, topic: str) -> int | None:
+    """The latest arrival time on the topic (its partitions' last records): "now" in event time."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer(settings.confluent(**{"group.id": "dirstream-responder-clock", "enable.auto.commit": False,
+                                              "fetch.wait.max.ms": 10}))
+    latest = None
+    try:
+        for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, p, high - 1)])
+            msg = consumer.poll(5)
+            if msg is not None and msg.error() is None:
+                try:
+                    arrival = decode_envelope(msg.value())["arrival_time"]
+                except ValueError:
+                    continue
+                ms = int(arrival.timestamp() * 1000) if hasattr(arrival, "timestamp") else int(arrival)
+                latest = ms if latest is None else max(latest, ms)
+    finally:
+        consumer.close()
+    return latest
+
+
+def arrives_at(envelope: dict, now_ms: int | None) -> None:
+    """An answer arrives after everything already on the raw topic when it is published (a reply
+    cannot arrive before its request was answered): the replication query, whose clock has moved on
+    since it sent the request, takes it in event-time order instead of dropping it as late."""
+    if now_ms is None:
+        return
+    arrival = envelope["arrival_time"]
+    ms = int(arrival.timestamp() * 1000) if hasattr(arrival, "timestamp") else int(arrival)
+    if ms <= now_ms:
+        envelope["arrival_time"] = now_ms + 1
+
+
 def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: str, client: str = "confluent",
                   idle_exit: float | None = None, from_beginning: bool = True, stop=lambda: False) -> dict:
     """Answer every message on the outbound topic until stopped (or idle for idle_exit seconds)."""
@@ -191,6 +228,7 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
     pub = publisher(client, settings)
     last_activity = None                  # the idle clock starts once the group has assigned partitions
     answered: set[str] = set()
+    now_ms = None
     try:
         while not stop():
             batch = consumer.consume(500, 0.2)
@@ -208,8 +246,13 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
                 if envelope.get("message_id") in answered:
                     continue            # a replayed batch republishes with the same ids (at least once)
                 answered.add(envelope.get("message_id"))
-                for ans in authorities.answer(envelope):
+                answers = authorities.answer(envelope)
+                if answers:
+                    now_ms = now_ms if now_ms is not None else latest_arrival_ms(settings, raw_topic)
+                for ans in answers:
+                    arrives_at(ans.envelope, now_ms)
                     publish_envelope(pub, "mqdsrp", ans.key, ans.envelope, {"mqdsrp": raw_topic})
+            now_ms = None
             if batch or (assigned and last_activity is None):
                 last_activity = time.monotonic()
                 pub.flush(30)

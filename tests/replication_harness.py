@@ -5,13 +5,15 @@ outbound messages can be answered by the authority responder's core and fed back
 job and `dirstream produce respond` do it through Kafka. Rows are kept like the sink keeps
 them: the last row per table key wins.
 """
+import itertools
 from datetime import datetime
 
 from producers.responder import Authorities
 from streaming.wire.envelope import make_envelope
 from streaming.operators.notification_rows import directory_version
 from streaming.operators.notification_rows import step_rows as qm_rows
-from streaming.operators.notifications import QMState, QueueManager, Settings, notification_from, queue_manager_of
+from streaming.operators.notification_input import Row, advance, directory_row, split
+from streaming.operators.notifications import QMState, QueueManager, Settings, queue_manager_of
 from streaming.operators.replica_store import DictBackend, ObjectStore
 from streaming.operators.replication import Replica, ServerState
 from streaming.operators.replication_rows import step_rows
@@ -47,6 +49,8 @@ class OfflineJob:
         self.pec_name = pec_name
         self.answers: list[tuple[str, dict]] = []
         self.outbound: list[dict] = []
+        self.held: dict[str, list[Row]] = {}          # queue manager -> rows the clock has not passed yet
+        self.offsets = itertools.count()
 
     def replica(self, server: str) -> Replica:
         state, backend = self.states.setdefault(server, (ServerState(server), DictBackend()))
@@ -64,31 +68,33 @@ class OfflineJob:
             elif env["protocol"].lower() == "mqcn":
                 key = queue_manager_of(env["destination_queue"]) or env["destination_machine"]
                 by_qm.setdefault(key, []).append(env)
+        watermark = self.max_event_ms - self.watermark_delay_ms
         for server, envs in by_server.items():
             r = self.replica(server)
             for env, msg in _decodable("mqdsrp", envs):
+                r.fire_timers_until(arrival_ms(env) - 1)          # as the job's operator does
                 r.receive(msg, arrival_ms=arrival_ms(env), source=env["source_machine"],
                           message_class=env["message_class"], destination_queue=env["destination_queue"],
                           body=env["body"])
             self._collect(r)
+        self.fire_timers(watermark)
         for key, envs in by_qm.items():
-            qm = self.queue_manager(key)
-            for env, msg in _decodable("mqcn", envs):
-                qm.receive(notification_from(msg, message_id=env["message_id"], arrival_ms=arrival_ms(env),
-                                             sender_identifier_type=env["sender_identifier_type"],
-                                             authentication_level=env["authentication_level"],
-                                             source=env["source_machine"],
-                                             destination_queue=env["destination_queue"]), env["destination_machine"])
-            self._collect_qm(qm)
-        self.fire_qm_timers(self.max_event_ms - self.watermark_delay_ms)
+            self.held.setdefault(key, []).extend(
+                Row(arrival_ms(env), "mqcn", "msmq.cn.raw", 0, next(self.offsets), env["body"], env["message_id"],
+                    env["sender_identifier_type"], env["authentication_level"], env["source_machine"],
+                    env["destination_machine"], env["destination_queue"]) for env in envs)
+        self.fire_qm_timers(watermark)
 
     def queue_manager(self, key: str) -> QueueManager:
         return QueueManager(self.qms.setdefault(key, QMState(key)), self.cn_settings)
 
     def fire_qm_timers(self, watermark_ms: int) -> None:
-        for key in list(self.qms):
-            qm = self.queue_manager(key)
-            qm.on_timer(watermark_ms)
+        """Each queue manager takes what the clock has passed, in event-time order (as the job's
+        operator does: streaming.operators.notification_input)."""
+        for key in sorted(set(self.qms) | set(self.held)):
+            ready, self.held[key] = split(self.held.get(key, []), watermark_ms)
+            qm, bad_rows, bad_pending = advance(lambda: self.queue_manager(key), ready, watermark_ms)
+            assert not bad_rows and not bad_pending, (bad_rows, bad_pending)
             self._collect_qm(qm)
 
     def _collect_qm(self, qm: QueueManager) -> None:
@@ -101,21 +107,19 @@ class OfflineJob:
             r = self.replica(server)
             due = r.next_timer_ms()
             if due is not None and due <= now_ms:
-                r.on_timer(now_ms)
+                r.fire_timers_until(now_ms)
                 self._collect(r)
 
     def _collect(self, r: Replica) -> None:
         r.store.flush()
         for table, row in step_rows(r, r.s.now_ms):
-            key = tuple(row[c] for c in TABLES[table].key)
-            self.tables.setdefault(table, {})[key] = row
-            if table == "directory_objects":
+            if table != "object_versions":
+                key = tuple(row[c] for c in TABLES[table].key)
+                self.tables.setdefault(table, {})[key] = row
+            if table == "object_versions":          # what the job publishes for the MQCN operator
                 routed = directory_version(row)
                 if routed:
-                    owner, guid, version = routed
-                    qm = self.queue_manager(owner)
-                    qm.directory_object(guid, version)
-                    self._collect_qm(qm)
+                    self.held.setdefault(routed[0], []).append(directory_row(row))
             if table == "outbound_messages":
                 self.outbound.append(row)
                 self._answer(row)

@@ -114,7 +114,29 @@ def test_a_notification_that_raises_is_a_dead_letter_and_the_queue_manager_skips
     without = driven(notification_query.NotificationProcessor(settings))
     without.testInPandas(key, frame[frame["message_id"] != victim["message_id"]])
     without.setWatermark(end)
-    a = pickle.loads(hit.peekValueState("queue_manager", key)[0])
-    b = pickle.loads(without.peekValueState("queue_manager", key)[0])
+    a = stored_queue_manager(hit, key)
+    b = stored_queue_manager(without, key)
     assert (a.queues, a.quota, a.batches) == (b.queues, b.quota, b.batches)
 
+
+
+def stored_queue_manager(tester: TwsTester, key: str):
+    """The QMState of the processor's value state (stored with the rows still waiting for the clock)."""
+    stored, _waiting = pickle.loads(tester.peekValueState("queue_manager", key)[0])
+    return pickle.loads(stored)
+
+
+def test_a_replication_timer_that_raises_is_a_dead_letter_and_the_replica_stays_as_it_was(monkeypatch):
+    from streaming.operators.replication import Replica
+    key, frame = max(frames("mqdsrp", lambda e: e["destination_machine"]).items(), key=lambda kv: len(kv[1]))
+    tester = driven(replication_query.ReplicationProcessor("pec0"))
+    tester.testInPandas(key, frame)
+    before = tester.peekValueState("replica", key)
+
+    def broken(self, now_ms):
+        raise RuntimeError("timer broke")
+    monkeypatch.setattr(Replica, "on_timer", broken)
+    out = outputs(tester.setWatermark(int(frame["arrival_ms"].max()) + 3_600_000))
+    (dead,) = out["dead_letters"]
+    assert '"stage": "operator:replication"' in dead and "timer broke" in dead and f"(timer of {key})" in dead
+    assert tester.peekValueState("replica", key) == before

@@ -119,3 +119,31 @@ def test_a_quiet_directory_processes_each_notification_after_one_minute():
         from datetime import datetime
         started, fired = (datetime.fromisoformat(b[k]) for k in ("timer_started", "fired_at"))
         assert (fired - started).total_seconds() == 60
+
+
+# ---------------------------------------------------------------- the same tables whatever the micro-batches
+def _tables_after(envelopes: list[dict], cuts: list[int]) -> dict:
+    job = OfflineJob(pec_name="pec0")
+    bounds = [0] + sorted(set(cuts)) + [len(envelopes)]
+    for lo, hi in zip(bounds, bounds[1:]):
+        if hi > lo:
+            job.feed(envelopes[lo:hi])
+    end = job.max_event_ms + 3_600_000                 # the quiet hour after the run
+    job.fire_timers(end)
+    job.fire_qm_timers(end)
+    return job.tables
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_same_traffic_in_random_micro_batches_gives_the_same_tables(seed):
+    """Both operators as the job drives them (each key's input in event-time order, timers first):
+    every table is the same whole, in random micro-batches and one message at a time."""
+    import random
+    envelopes, _ = run(40 + seed, 1500, reorder=0.1, duplicate=0.05, drop=0.03, nack=0.01, corrupt=0.01,
+                       unauthenticated=0.05)
+    rng = random.Random(seed)
+    whole = _tables_after(envelopes, [])
+    assert whole["notifications"] and whole["directory_objects"] and whole["outbound_messages"]
+    assert _tables_after(envelopes, rng.sample(range(1, len(envelopes)), rng.randint(2, 60))) == whole
+    if seed < 2:
+        assert _tables_after(envelopes, list(range(1, len(envelopes)))) == whole

@@ -62,9 +62,8 @@ def cmd_run(args) -> int:
 def _run(args) -> int:
     import os
 
-    from ..spark.pipeline import (build_spark, source_options, start_discovery_query, start_notification_query, start_query,
-                      start_replication_query)
-    from ..spark.notification_query import OBJECTS_TOPIC
+    from ..spark import topology
+    from ..spark.pipeline import build_spark, source_options
     from ..spark.kafka_offsets import SourceError
     from ..sinks import SinkError
 
@@ -90,33 +89,26 @@ def _run(args) -> int:
              args.bootstrap, args.sink, args.checkpoint, args.master)
     spark = build_spark(args.master, conf=conf)
     echo = lambda line: log.info("%s", line)  # noqa: E731
-    if not args.topics and not args.topic_pattern:
-        _record_operator_progress(spark, args)
-    try:
-        queries = [start_query(spark, sink_url=args.sink, checkpoint=os.path.join(args.checkpoint, "raw"),
-                               source_opts=opts, once=args.once, trigger=args.trigger, echo=echo,
-                               records_per_task=args.records_per_task)]
-        if not args.topics and not args.topic_pattern:
-            queries.append(start_discovery_query(spark, sink_url=args.sink,
-                                                 checkpoint=os.path.join(args.checkpoint, "discovery"),
-                                                 source_opts=opts, once=args.once, trigger=args.trigger, echo=echo))
-            outbound = None if args.outbound_topic.lower() == "none" else args.outbound_topic
-            if outbound:
-                _ensure_topic(args.bootstrap, settings_options, outbound)
-            _ensure_topic(args.bootstrap, settings_options, OBJECTS_TOPIC)
-            queries.append(start_replication_query(
-                spark, sink_url=args.sink, checkpoint=os.path.join(args.checkpoint, "replication"),
-                source_opts=opts, once=args.once, trigger=args.trigger, echo=echo, pec_name=args.pec_name,
-                outbound_topic=outbound, kafka_conf={"bootstrap.servers": args.bootstrap, **settings_options},
-                objects_topic=OBJECTS_TOPIC))
-            queries.append(start_notification_query(
-                spark, sink_url=args.sink, checkpoint=os.path.join(args.checkpoint, "notifications"),
-                source_opts=opts, settings=cn_settings(args), once=args.once, trigger=args.trigger, echo=echo,
-                objects_topic=OBJECTS_TOPIC))
-    except (SourceError, SinkError, ValueError) as exc:
-        print(f"dirstream run: {exc}", file=sys.stderr)
-        return 2
-    rc = _supervise(queries, log)
+    operators = not args.topics and not args.topic_pattern
+    job = topology.JobSettings(
+        args.sink, args.checkpoint, opts, once=args.once, trigger=args.trigger, echo=echo,
+        records_per_task=args.records_per_task, pec_name=args.pec_name,
+        outbound_topic=None if args.outbound_topic.lower() == "none" else args.outbound_topic,
+        kafka_conf={"bootstrap.servers": args.bootstrap, **settings_options}, cn_settings=cn_settings(args))
+    if operators:
+        _record_operator_progress(spark, job)
+        for topic, partitions in topology.internal_topics(job).items():
+            _ensure_topic(args.bootstrap, settings_options, topic, partitions)
+    rc = 0
+    for phase in topology.phases(args.once, operators):
+        try:
+            queries = [topology.start(spark, spec, job) for spec in phase]
+        except (SourceError, SinkError, ValueError) as exc:
+            print(f"dirstream run: {exc}", file=sys.stderr)
+            return 2
+        rc, stopped = _supervise(queries, log)
+        if rc or stopped:
+            break
     # A terminal's Ctrl-C reaches the whole process group; PySpark's own SIGINT handling during
     # interpreter shutdown could still turn a clean stop into death by SIGINT. The queries are
     # stopped and every batch is committed: stop Spark and leave with our exit code.
@@ -131,16 +123,13 @@ def _run(args) -> int:
     os._exit(rc)                                   # noqa: the queries and Spark are stopped
 
 
-def _record_operator_progress(spark, args) -> None:
+def _record_operator_progress(spark, job) -> None:
     """Each operator query's micro-batches in pipeline_progress, late rows included."""
-    import os
-
+    from ..spark import topology
     from ..spark.pipeline import checkpoint_query_id
     from ..spark.progress import OperatorProgress
-    names = {"dirstream-discovery": "discovery", "dirstream-replication": "replication",
-             "dirstream-notifications": "notifications"}
-    ids = {name: checkpoint_query_id(os.path.join(args.checkpoint, folder)) for name, folder in names.items()}
-    spark.streams.addListener(OperatorProgress(args.sink, ids))
+    ids = {spec.name: checkpoint_query_id(job.checkpoint_of(spec)) for spec in topology.OPERATORS}
+    spark.streams.addListener(OperatorProgress(job.sink_url, ids))
 
 
 def cn_settings(args):
@@ -161,9 +150,9 @@ def _create_missing_raw_topics(bootstrap: str, options: dict, log) -> None:
                     ", ".join(sorted(created)), bootstrap, RAW_TOPIC_PARTITIONS)
 
 
-def _ensure_topic(bootstrap: str, options: dict, topic: str) -> None:
+def _ensure_topic(bootstrap: str, options: dict, topic: str, partitions: int = 1) -> None:
     from producers.kafka import KafkaSettings, ensure_topics
-    ensure_topics(KafkaSettings(bootstrap, options), {topic: 1})
+    ensure_topics(KafkaSettings(bootstrap, options), {topic: partitions})
 
 
 def _kafka_options(args) -> dict:
@@ -171,8 +160,9 @@ def _kafka_options(args) -> dict:
     return KafkaSettings.from_args(args.bootstrap, args.kafka_config, args.kafka_option).options
 
 
-def _supervise(queries, log) -> int:
-    """Wait for the queries; the first Ctrl-C (or SIGTERM) stops them after the batches in flight."""
+def _supervise(queries, log) -> tuple[int, bool]:
+    """Wait for the queries; the first Ctrl-C (or SIGTERM) stops them after the batches in flight.
+    Returns (exit code, whether a stop was asked for)."""
     stop = {"requested": False}
 
     def request_stop(signum, _frame):
@@ -192,15 +182,15 @@ def _supervise(queries, log) -> int:
                 _stop_between_batches(queries)
                 break
     except KeyboardInterrupt:
-        pass
+        stop["requested"] = True
     for q in queries:
         q.stop()
     errors = [q.exception() for q in queries if q.exception() is not None]
     if errors:
         print(f"dirstream run: the query failed: {_short(errors[0])}", file=sys.stderr)
-        return 1
-    log.info("stopped cleanly")
-    return 0
+        return 1, stop["requested"]
+    log.info("stopped cleanly" if stop["requested"] else "finished")
+    return 0, stop["requested"]
 
 
 def _stop_between_batches(queries, timeout: float = 600) -> None:

@@ -54,7 +54,10 @@ def directory_version(row: dict) -> tuple[str, str, Version] | None:
         return None
     if not owner:
         return None
-    updated = row["updated_at"]
-    event_ms = int((updated if isinstance(updated, datetime) else datetime.fromisoformat(updated)).timestamp() * 1000)
-    return owner, row["object_guid"], Version(event_ms, row["server"], int(row["seq_number"], 16),
+    return owner, row["object_guid"], Version(version_event_ms(row), row["server"], int(row["seq_number"], 16),
                                               bool(row["deleted"]), row["object_type"], row["properties"])
+
+
+def version_event_ms(row: dict) -> int:
+    updated = row["updated_at"]
+    return int((updated if isinstance(updated, datetime) else datetime.fromisoformat(updated)).timestamp() * 1000)

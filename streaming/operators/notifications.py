@@ -462,7 +462,7 @@ class QueueManager:
         """A replica's version of one of this queue manager's queues or of its machine object."""
         versions = self.s.directory.setdefault(guid, [])
         versions.append(version)
-        versions.sort(key=lambda v: (v.event_ms, v.seq_number))
+        versions.sort(key=lambda v: (v.event_ms, recency(v)))
         if guid == self.s.machine_id and self.s.quota is None and version.object_type == "machine":
             # [INFERENCE] A queue manager knows its own attributes before any notification changes
             # them (it registered its machine object itself): taken from the directory until then.
@@ -496,7 +496,7 @@ class QueueManager:
         """The directory as of a time: of the versions the replicas had by then, the one with the highest
         sequence number (the most recent change; a deletion carries its own sequence number)."""
         seen = [v for v in self.s.directory.get(guid, []) if v.event_ms <= as_of_ms]
-        return max(seen, key=lambda v: (v.seq_number, v.event_ms)) if seen else None
+        return max(seen, key=recency) if seen else None
 
     def _read(self, guid: str, as_of_ms: int, object_type: str) -> Version | None:
         v = self.read(guid, as_of_ms)
@@ -507,7 +507,7 @@ class QueueManager:
         operator reports only an object's last version, so the one that existed at the read may be
         folded into a later one (for events 1, 2 and 4; a refresh does not look ahead)."""
         later = [v for v in self.s.directory.get(guid, []) if v.event_ms > as_of_ms and v.object_type == object_type]
-        return min(later, key=lambda v: (v.event_ms, v.seq_number)) if later else None
+        return min(later, key=lambda v: (v.event_ms, recency(v))) if later else None
 
     def forget_versions(self, watermark_ms: int) -> None:
         """Keep what a read can still need (issue 20): reads happen at a pending timer or at a later
@@ -517,7 +517,7 @@ class QueueManager:
         for guid, versions in self.s.directory.items():
             older = [v for v in versions if v.event_ms <= horizon]
             if len(older) > 1:
-                keep = max(older, key=lambda v: (v.seq_number, v.event_ms))
+                keep = max(older, key=recency)
                 versions[:] = [v for v in versions if v is keep or v.event_ms > horizon]
 
     def _apply_queue(self, guid: str, v: Version, now: int, message_id: str | None) -> None:
@@ -614,6 +614,14 @@ def _queues_named(n: Notification) -> list[str]:
         elif command == 1 and guid and props and object_type_of(props[0][0]) == MQDS_QUEUE:
             named.append(guid)
     return named
+
+
+def recency(v: Version) -> tuple:
+    """Which of two versions is the directory's later one: the higher sequence number, then the later
+    time; a removal carries the removed object's sequence number, so at a tie it is the later one.
+    The replica's name breaks what is left of a tie (replicas at the same change and time may differ
+    in what they held), so the choice never depends on the order the versions arrived in."""
+    return v.seq_number, v.event_ms, v.deleted, v.server
 
 
 def _corrects(v: Version, read_ms: int | None, read_seq: int | None) -> bool:

@@ -26,6 +26,11 @@ class DirObject:
         return (self.guid, self.partition_id, self.object_type, self.path_name, self.seq_number, self.properties)
 
 
+def _frozen(obj: DirObject) -> DirObject:
+    """A copy a later change of the same object (which updates it in place) does not alter."""
+    return DirObject(obj.guid, obj.partition_id, obj.object_type, obj.path_name, obj.seq_number, dict(obj.properties))
+
+
 class BucketBackend(Protocol):
     def load(self, bucket: int) -> bytes | None: ...
 
@@ -65,6 +70,9 @@ class ObjectStore:
         self.touched: dict[str, DirObject | None] = {}     # guid -> object after this batch (None: removed)
         self.removed: dict[str, DirObject] = {}            # guid -> object as it was when removed
         self.touched_at: dict[str, int] = {}               # guid -> event time of its last change
+        self.versions: list[tuple[str, DirObject, bool, int]] = []
+        # every change of this batch, in order: (guid, object, removed, event time); the MQCN
+        # operator reads the directory as of a time, so no version may be folded into a later one
         self.clock_ms = 0                                  # set by the replica: the event being processed
 
     # ------------------------------------------------------------ buckets
@@ -105,6 +113,7 @@ class ObjectStore:
             self._write("path:" + obj.path_name.lower(), obj.guid)
         self.touched[obj.guid] = obj
         self.touched_at[obj.guid] = self.clock_ms
+        self.versions.append((obj.guid, _frozen(obj), False, self.clock_ms))
 
     def remove(self, guid: str) -> DirObject | None:
         obj = self.get(guid)
@@ -116,6 +125,7 @@ class ObjectStore:
         self.touched[guid] = None
         self.touched_at[guid] = self.clock_ms
         self.removed[guid] = obj
+        self.versions.append((guid, _frozen(obj), True, self.clock_ms))
         return obj
 
     def guid_for_path(self, path_name: str) -> str | None:
@@ -135,3 +145,7 @@ class ObjectStore:
         touched, removed, at = self.touched, self.removed, self.touched_at
         self.touched, self.removed, self.touched_at = {}, {}, {}
         return touched, removed, at
+
+    def take_versions(self) -> list[tuple[str, DirObject, bool, int]]:
+        versions, self.versions = self.versions, []
+        return versions

@@ -142,6 +142,8 @@ class Outbound:
     partition_id: str | None = None
     body: bytes | None = None       # a resend (3.3.7.9) carries the original body unchanged
     status: str | None = None       # ChangeReply: the status name
+    sent_ms: int | None = None      # the event time it was sent at (stamped by the replica),
+    site_id: str | None = None      # and the site its header names (the replica's then)
 
 
 @dataclass
@@ -149,6 +151,7 @@ class PendingEvent:
     partition_id: str
     change: DirectoryChange
     status: str                     # pending, applied, stale, dropped (collection full), cleared (sync0)
+    at_ms: int = 0                  # the event time of the status change
 
 
 # ================================================================== the state machine
@@ -159,7 +162,8 @@ class Replica:
         self.pec_name = pec_name
         self.out: list[Outbound] = []
         self.pending_events: list[PendingEvent] = []
-        self.deleted_touched: dict[str, tuple[DeletedObject, str]] = {}     # identifier -> (object, status)
+        self.deleted_touched: dict[str, tuple[DeletedObject, str, int]] = {}
+        # identifier -> (object, status, event time of the change)
         self.ignored: list[tuple[str, str]] = []                             # (operation, reason)
 
     # ------------------------------------------------------------ roles
@@ -229,6 +233,14 @@ class Replica:
         else:
             self.ignore(msg.operation_name, f"message class {message_class}: no further action (3.1.5.1)")
         self.send_initial_syncs()
+        self._stamp_sent()
+
+    def _stamp_sent(self) -> None:
+        """What this event sent was sent at its event time (not at the micro-batch's end)."""
+        for o in reversed(self.out):
+            if o.sent_ms is not None:
+                break
+            o.sent_ms, o.site_id = self.s.now_ms, self.s.site_id
 
     def ignore(self, operation: str, reason: str) -> None:
         self.ignored.append((operation, reason))
@@ -297,11 +309,11 @@ class Replica:
                 self._pend(p, change)
                 p.pending.sort(key=lambda c: c.seq_number)
         else:
-            self.pending_events.append(PendingEvent(p.partition_id, change, "dropped"))
+            self.pending_events.append(PendingEvent(p.partition_id, change, "dropped", self.s.now_ms))
 
     def _pend(self, p: Partition, change: DirectoryChange) -> None:
         p.pending.append(change)
-        self.pending_events.append(PendingEvent(p.partition_id, change, "pending"))
+        self.pending_events.append(PendingEvent(p.partition_id, change, "pending", self.s.now_ms))
 
     # ------------------------------------------------------------ 3.1.7.2.3 Handle In-Sync Change
     def handle_in_sync_change(self, p: Partition, change: DirectoryChange, flush: bool) -> bool:
@@ -342,7 +354,7 @@ class Replica:
         for change in list(p.pending):
             if change.purged_seq_number < p.purged_seq:
                 p.pending.remove(change)
-                self.pending_events.append(PendingEvent(p.partition_id, change, "stale"))
+                self.pending_events.append(PendingEvent(p.partition_id, change, "stale", self.s.now_ms))
                 continue
             # digest §9.4: the literal "SeqNumber > LastSeqNumber" never lets a change through.
             if change.previous_seq_number > p.last_seq:
@@ -353,9 +365,10 @@ class Replica:
             p.pending.remove(change)
             if change.previous_seq_number == p.last_seq:
                 applied = self.handle_in_sync_change(p, change, True)
-                self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed"))
+                self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed",
+                                                        self.s.now_ms))
             else:
-                self.pending_events.append(PendingEvent(p.partition_id, change, "stale"))
+                self.pending_events.append(PendingEvent(p.partition_id, change, "stale", self.s.now_ms))
 
     # ------------------------------------------------------------ MQDS object operations ([MS-MQDS] 3.2.6)
     @staticmethod
@@ -457,7 +470,7 @@ class Replica:
         identifier = key or f"path:{path}"
         deleted = DeletedObject(identifier, p.partition_id, seq, object_type or (obj.object_type if obj else 0), scope)
         self.s.deleted[identifier] = deleted
-        self.deleted_touched[identifier] = (deleted, "deleted")
+        self.deleted_touched[identifier] = (deleted, "deleted", self.s.now_ms)
         need_flush = False
         if self.is_pec() and object_type == MQDS_SITE and key in self.s.partitions:
             gone = self.s.partitions.pop(key)
@@ -477,7 +490,7 @@ class Replica:
         else:
             obj = self._update_object(p, path, key, properties, seq)
         if key in self.s.deleted:                  # re-synchronised: no longer a deleted object
-            self.deleted_touched[key] = (self.s.deleted.pop(key), "resynchronised")
+            self.deleted_touched[key] = (self.s.deleted.pop(key), "resynchronised", self.s.now_ms)
         changed = {prop.prop_id: prop.value for prop in properties}
         if object_type == MQDS_ENTERPRISE:
             return True, self.handle_enterprise_update(p, changed)
@@ -501,7 +514,7 @@ class Replica:
         for identifier, d in list(self.s.deleted.items()):
             if d.partition_id == p.partition_id and d.seq_number <= purge_to:
                 del self.s.deleted[identifier]
-                self.deleted_touched[identifier] = (d, "purged")
+                self.deleted_touched[identifier] = (d, "purged", self.s.now_ms)
         p.purged_seq = max(p.purged_seq, purge_to)  # digest §9.9 (a)
 
     # ------------------------------------------------------------ 3.1.7.2.10 / 3.1.7.2.11
@@ -604,10 +617,11 @@ class Replica:
         for change in [c for c in p.pending if c.seq_number <= to]:
             p.pending.remove(change)
             if change.seq_number <= p.last_seq:
-                self.pending_events.append(PendingEvent(p.partition_id, change, "stale"))
+                self.pending_events.append(PendingEvent(p.partition_id, change, "stale", self.s.now_ms))
                 continue
             applied = self.handle_in_sync_change(p, change, True)
-            self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed"))
+            self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed",
+                                                    self.s.now_ms))
         if p.last_seq < to - 1:
             p.last_seq = to - 1
 
@@ -649,7 +663,7 @@ class Replica:
         p.purge_state = PURGE_STARTSYNC0
         p.last_seq, p.change_missing_window, p.purged_seq = MIN_SEQ_NUMBER, MAX_SEQ_NUMBER, purged_seq
         for change in p.pending:
-            self.pending_events.append(PendingEvent(p.partition_id, change, "cleared"))
+            self.pending_events.append(PendingEvent(p.partition_id, change, "cleared", self.s.now_ms))
         p.pending = []
         for obj in self.store.all_objects():       # MQDS Reset Directory Partition, operation 1
             if obj.partition_id == p.partition_id:
@@ -658,7 +672,7 @@ class Replica:
         for d in self.s.deleted.values():
             if d.partition_id == p.partition_id:
                 d.seq_number = MIN_SEQ_NUMBER
-                self.deleted_touched[d.identifier] = (d, "deleted")
+                self.deleted_touched[d.identifier] = (d, "deleted", self.s.now_ms)
         p.purge_state = PURGE_SYNC0
         self.send_sync_request(p, "sync0")
 
@@ -675,7 +689,7 @@ class Replica:
         for identifier, d in list(self.s.deleted.items()):
             if d.partition_id == p.partition_id and d.seq_number == MIN_SEQ_NUMBER:
                 del self.s.deleted[identifier]
-                self.deleted_touched[identifier] = (d, "removed-by-sync0")
+                self.deleted_touched[identifier] = (d, "removed-by-sync0", self.s.now_ms)
         p.purge_state, p.change_missing_window = PURGE_NORMAL, MIN_SEQ_NUMBER
         self.check_pending_changes(p)
 
@@ -787,6 +801,13 @@ class Replica:
         due += [f.deadline_ms for f in self.s.forwarded.values()]
         return min(due) if due else None
 
+    def fire_timers_until(self, until_ms: int) -> None:
+        """Every timer due by until_ms, each at its own due time and in order (the adapter calls this
+        before each message with the message's time less one, and with the watermark), so what the
+        timers send does not depend on where a micro-batch ends."""
+        while (due := self.next_timer_ms()) is not None and due <= until_ms:
+            self.on_timer(due)
+
     def on_timer(self, now_ms: int) -> None:
         self.s.now_ms = max(self.s.now_ms, now_ms)
         self.store.clock_ms = self.s.now_ms
@@ -799,6 +820,7 @@ class Replica:
             if fwd.deadline_ms <= now_ms:
                 del self.s.forwarded[key]
                 self._reply(fwd, MQ_ERROR, "MQDS_NO_RSP_FROM_OWNER")
+        self._stamp_sent()
 
     def _bsc_ack_timer(self, now_ms: int) -> None:
         if self.is_psc():

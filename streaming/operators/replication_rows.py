@@ -52,37 +52,51 @@ def object_rows(r: Replica, touched: dict[str, DirObject | None], removed: dict[
                 touched_at: dict[str, int]) -> list:
     """updated_at is the event time of the object's last change (the MQCN operator reads the
     directory "as of" a time from these rows)."""
+    return [("directory_objects", _object_row(r, guid, obj or removed[guid], obj is None,
+                                              touched_at.get(guid, r.s.now_ms)))
+            for guid, obj in touched.items()]
+
+
+# The object types whose versions the MQCN operator reads (MQCN 3.2.5: queues and the queue manager).
+NOTIFIED_TYPES = ("queue", "machine")
+
+
+def version_rows(r: Replica) -> list:
+    """Every version the step produced, in order (pseudo-table object_versions: published for the
+    MQCN operator, not a sink table): its reads are "as of" a time, so a batch of this operator must
+    not fold an object's versions into its last one, or the result would depend on the batching."""
     rows = []
-    for guid, obj in touched.items():
-        now = ts(touched_at.get(guid, r.s.now_ms))
-        deleted = obj is None
-        obj = obj or removed[guid]
-        rows.append(("directory_objects", {
-            "server": r.name, "object_guid": guid, "partition_id": obj.partition_id,
-            "object_type": OBJECT_TYPE_NAMES.get(obj.object_type, str(obj.object_type)), "path_name": obj.path_name,
-            "seq_number": seq_hex(obj.seq_number), "deleted": deleted, "properties": properties_json(obj.properties),
-            "updated_at": now}))
+    for guid, obj, removed, at in r.store.take_versions():
+        row = _object_row(r, guid, obj, removed, at)
+        if row["object_type"] in NOTIFIED_TYPES:
+            rows.append(("object_versions", row))
     return rows
 
 
+def _object_row(r: Replica, guid: str, obj: DirObject, deleted: bool, at_ms: int) -> dict:
+    return {"server": r.name, "object_guid": guid, "partition_id": obj.partition_id,
+            "object_type": OBJECT_TYPE_NAMES.get(obj.object_type, str(obj.object_type)), "path_name": obj.path_name,
+            "seq_number": seq_hex(obj.seq_number), "deleted": deleted, "properties": properties_json(obj.properties),
+            "updated_at": ts(at_ms)}
+
+
 def deleted_rows(r: Replica) -> list:
-    now = ts(r.s.now_ms)
+    """updated_at is the event time of the entry's last change (not the micro-batch's last event)."""
     return [("deleted_objects", {
         "server": r.name, "identifier": ident, "partition_id": d.partition_id, "seq_number": seq_hex(d.seq_number),
         "object_type": OBJECT_TYPE_NAMES.get(d.object_type, str(d.object_type)), "scope": d.scope, "status": status,
-        "updated_at": now}) for ident, (d, status) in r.deleted_touched.items()]
+        "updated_at": ts(at)}) for ident, (d, status, at) in r.deleted_touched.items()]
 
 
 def pending_rows(r: Replica) -> list:
     latest = {}
     for e in r.pending_events:                     # the last status of each change wins
         latest[(e.partition_id, e.change.seq_number)] = e
-    now = ts(r.s.now_ms)
     return [("pending_changes", {
         "server": r.name, "partition_id": pid, "seq_number": seq_hex(seq),
         "previous_seq_number": seq_hex(e.change.previous_seq_number),
         "command": mqdsrp.COMMANDS.get(e.change.command, str(e.change.command)),
-        "object": e.change.guid_identifier or e.change.path_name, "status": e.status, "updated_at": now})
+        "object": e.change.guid_identifier or e.change.path_name, "status": e.status, "updated_at": ts(e.at_ms)})
         for (pid, seq), e in latest.items()]
 
 
@@ -93,7 +107,8 @@ def outbound_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list:
     for o in r.out:
         r.s.messages_sent += 1
         message_id = str(uuid.uuid5(OUTBOUND_NAMESPACE, f"{id_scope}:{r.name.lower()}:{r.s.messages_sent}"))
-        rows.append(("outbound_messages", outbound_row(r, o, message_id, batch_ms)))
+        rows.append(("outbound_messages", outbound_row(r, o, message_id, o.sent_ms if o.sent_ms is not None
+                                                       else batch_ms)))
     return rows
 
 
@@ -102,7 +117,8 @@ def outbound_row(r: Replica, o: Outbound, message_id: str, sent_ms: int) -> dict
         body = o.body
         operation = "resend" if o.message is None else type(o.message).__name__.removesuffix("Message")
     else:
-        body = encode("mqdsrp", mqdsrp.new_message(r.s.site_id or GUID_NULL, o.message))
+        site = o.site_id if o.sent_ms is not None else r.s.site_id
+        body = encode("mqdsrp", mqdsrp.new_message(site or GUID_NULL, o.message))
         operation = type(o.message).__name__.removesuffix("Message")
     return {"message_id": message_id, "server": r.name, "destination": o.destination, "operation": operation,
             "reason": o.reason, "partition_id": o.partition_id, "detail": detail(o), "body": body.hex(),
@@ -131,7 +147,7 @@ def detail(o: Outbound) -> dict:
 def step_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list[tuple[str, dict]]:
     """Every sink row one step produced; clears the step's collected changes."""
     touched, removed, touched_at = r.store.take_changes()
-    rows = (server_rows(r) + object_rows(r, touched, removed, touched_at) + deleted_rows(r) + pending_rows(r)
-            + outbound_rows(r, batch_ms, id_scope))
+    rows = (server_rows(r) + object_rows(r, touched, removed, touched_at) + version_rows(r) + deleted_rows(r)
+            + pending_rows(r) + outbound_rows(r, batch_ms, id_scope))
     r.out, r.pending_events, r.deleted_touched, r.ignored = [], [], {}, []
     return rows

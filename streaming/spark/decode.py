@@ -43,10 +43,14 @@ def _plain_envelope_schema():
     return fastavro.parse_schema(raw)
 
 
+PLAIN = "plain"                             # the protocol of a record taken as it is (no envelope)
+
+
 class Decoder:
-    def __init__(self, body: bool = True):
+    def __init__(self, body: bool = True, plain_topics=()):
         self.schema = _plain_envelope_schema()
         self.body = body                    # False: the envelope only; the body is left to its operator
+        self.plain = frozenset(plain_topics)    # topics whose values are not envelopes (the job's own)
 
     def envelope(self, value: bytes | None) -> dict:
         return unframe(value, "envelope", self.schema)[1]
@@ -70,6 +74,9 @@ class Decoder:
     def row(self, topic: str, partition: int, offset: int, ts, key: bytes | None, value: bytes | None) -> tuple:
         """One output row, as a tuple in DECODED_ARROW order."""
         key_text = key.decode("utf-8", "replace") if key is not None else None
+        if topic in self.plain:
+            return (topic, partition, offset, ts, key_text, PLAIN, True, *_NO_ENVELOPE, value, None, None, key_text,
+                    None, None, None, None, None, None)
         protocol, env, record, exc = self.check(topic, value)
         if exc is not None:
             return (topic, partition, offset, ts, key_text, protocol, False, *_envelope_values(env),
@@ -117,9 +124,10 @@ def state_key(protocol: str, record, env: dict) -> str:
     return env["destination_machine"]
 
 
-def decode_batches(batches, body: bool = True):
-    """Source record batches in, DECODED_ARROW batches out (body=False: envelopes only)."""
-    decoder = Decoder(body)
+def decode_batches(batches, body: bool = True, plain_topics=()):
+    """Source record batches in, DECODED_ARROW batches out (body=False: envelopes only; the records
+    of plain_topics pass as they are, protocol "plain", the value as body)."""
+    decoder = Decoder(body, plain_topics)
     for batch in batches:
         timestamps = batch.column("timestamp").cast(pa.int64()).to_pylist()
         rows = [decoder.row(t, p, o, ts, k, v) for t, p, o, ts, k, v in zip(

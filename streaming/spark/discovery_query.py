@@ -15,7 +15,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from ..operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, Reply, Request, state_from_json,
                                   state_to_json)
 from ..wire import decode
-from .stateful import OUTPUT_DDL, apply_guarded, dead_letter, raise_if_poison, replace_timers
+from .stateful import OUTPUT_DDL, apply_guarded, dead_letter, raise_if_poison, replace_timers, timer_dead_letter
 
 WATERMARK_DELAY = "10 seconds"
 FORGET_AFTER_MS = 15_000           # a completed request is kept this long to recognise late replies
@@ -67,7 +67,14 @@ class DiscoveryProcessor(StatefulProcessor):
         if st.done:
             self.state.clear()                 # kept only to recognise late replies
             return
-        out = self.core.on_timer(st, key[0], expiredTimerInfo.getExpiryTimeInMs())
+        due = expiredTimerInfo.getExpiryTimeInMs()
+        try:
+            out = self.core.on_timer(st, key[0], due)
+        except Exception as exc:          # noqa: BLE001 -- never fail the micro-batch: nothing is saved
+            replace_timers(self.handle, None)
+            row = timer_dead_letter("operator:discovery", "mqsd", key[0], due, exc)
+            yield pd.DataFrame([(row[0], json.dumps(row[1]))], columns=["table_name", "payload"])
+            return
         yield from self._emit(st, out)
 
     def _emit(self, st: DiscoveryState, out: list, dead: list | None = None):

@@ -19,6 +19,11 @@ batches. Options:
                      envelope: the envelope only (for operators that decode the body themselves);
                      summary: decode every record but yield only counts and dead letters
                      (streaming.spark.decode.summarize_records; the raw query's input)
+  plainTopics        with decode=true|envelope: topics whose records are not envelopes (the job's
+                     own derived topics); they pass as rows of protocol "plain" with the value as body
+  gateProgressTopic  with gateUpstreamTopics and gatedTopics: the gated topics are released only up to
+                     the progress another query published for its topics (streaming.spark.event_clock);
+                     gateQueryId: only that query's progress records count
   kafka.<setting>    any Kafka client setting (security.protocol, sasl.*, ssl.*, ...)
 """
 import json
@@ -102,14 +107,38 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_per_partition = _positive(options, "maxRecordsPerPartition")
         self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
         self.available_now_target: dict | None = None
+        self.plain_topics = _names(options, "plainTopics")
+        self.gated_topics = _names(options, "gatedTopics")
         self._offsets: EndOffsets | None = None
+        self._gate = None
+        self._arrivals = None
+        # with decoded envelopes, a capped micro-batch ends every partition at one event time
+        self.align_by_time = options.get("decode", "false").lower() in ("true", "envelope")
         self._reset_logged: dict[tuple[str, int], int] = {}
 
     # The driver-side Kafka client is not shipped to executors.
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_offsets"] = None
+        state["_offsets"] = state["_gate"] = state["_arrivals"] = None
         return state
+
+    @property
+    def arrivals(self):
+        """Arrival times by offset (streaming.spark.event_clock.ArrivalIndex), read on the driver."""
+        if self._arrivals is None:
+            from .event_clock import ArrivalIndex
+            self._arrivals = ArrivalIndex(self.conf)
+        return self._arrivals
+
+    @property
+    def gate(self):
+        """The event clock gate (streaming.spark.event_clock), or None when this source has none."""
+        if self._gate is None and self.options.get("gateprogresstopic"):
+            from .event_clock import EventClockGate
+            self._gate = EventClockGate(self.arrivals, self.conf, self.options["gateprogresstopic"],
+                                        _names(self.options, "gateUpstreamTopics"),
+                                        self.options.get("gatequeryid"))
+        return self._gate
 
     @property
     def offsets(self) -> EndOffsets:
@@ -143,6 +172,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit) -> dict:
         begin = flatten(start)
+        gate_ms = self.gate.gate_ms() if self.gate is not None else None     # before the end offsets
         if self.available_now_target is not None:
             ends = flatten(self.available_now_target)
         else:
@@ -153,9 +183,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end < begin[tp]:
                 self._offsets_went_back(tp, begin[tp], end)
         ends = {tp: max(ends.get(tp, begin[tp]), begin[tp]) for tp in begin}
+        if self.gate is not None:
+            ends = {tp: self.arrivals.release_end(tp, begin[tp], end, gate_ms) if tp[0] in self.gated_topics
+                    else end for tp, end in ends.items()}
         if isinstance(limit, ReadMaxRows):
-            ends = _cap(begin, ends, limit.max_rows)
+            ends = self._capped(begin, ends, limit.max_rows)
         return nest(ends)
+
+    def _capped(self, begin: dict, ends: dict, max_rows: int) -> dict:
+        """At most max_rows records; the plain topics (the job's own derived topics, never late) are
+        read to their end, the others end at one common event time (event_clock.aligned_cap)."""
+        timed = {tp: end for tp, end in ends.items() if tp[0] not in self.plain_topics}
+        shares = {tp: end for tp, end in _cap(begin, timed, max_rows).items() if tp in timed}
+        if self.align_by_time:
+            from .event_clock import aligned_cap
+            shares = aligned_cap(self.arrivals, begin, timed, shares)
+        return {**ends, **shares}
 
     def partitions(self, start: dict, end: dict):
         begin, finish = flatten(start), flatten(end)
@@ -203,6 +246,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._offsets is not None:
             self._offsets.close()
+        if self._gate is not None:
+            self._gate.close()
+        if self._arrivals is not None:
+            self._arrivals.close()
 
     # ---------------------------------------------------------------- executors
     def read(self, partition: KafkaInputPartition):
@@ -222,7 +269,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 batches = _arrow_batches(records, partition.topic, partition.partition)
             if mode in ("true", "envelope"):
                 from .decode import decode_batches
-                batches = decode_batches(batches, body=mode == "true")
+                batches = decode_batches(batches, body=mode == "true", plain_topics=self.plain_topics)
             yield from batches
             finished = True
         finally:
@@ -305,6 +352,10 @@ def _to_batch(columns: dict, topic: str, partition: int) -> pa.RecordBatch:
     columns["topic"], columns["partition"] = [topic] * n, [partition] * n
     return pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in ARROW_SCHEMA],
                                       schema=ARROW_SCHEMA)
+
+
+def _names(options: dict, name: str) -> list[str]:
+    return [t.strip() for t in options.get(name.lower(), "").split(",") if t.strip()]
 
 
 def _positive(options: dict, name: str) -> int | None:

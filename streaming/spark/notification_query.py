@@ -2,11 +2,17 @@
 the queue manager (the GUID in its NOTIFY_QUEUE_PRIVATE), driven by the sans-IO queue manager in
 streaming/operators/notifications.py.
 
-Inputs: the notifications (msmq.cn.raw) and the directory as the MQDSRP replicas hold it
-(msmq.dsrp.objects: the replication operator's queue and machine rows, keyed by the owning queue
-manager). The event-time clock is the arrival time of all traffic (msmq.sd.raw is read for its
-time only), so the batching timers fire while the directory is quiet; the timers' durations and the
-refresh threshold are settings.
+Inputs, through one source (one offset, so one consistent snapshot per micro-batch): the
+notifications (msmq.cn.raw), the MQSD traffic (msmq.sd.raw, read for its time only: the batching
+timers fire while the directory is quiet) and the directory as the MQDSRP replicas hold it
+(msmq.dsrp.objects: every version the replication operator derived, keyed by the owning queue
+manager). The traffic is released only up to the replication query's progress
+(streaming/spark/event_clock.py), and only the traffic moves the event-time clock: the directory
+versions are never late and never push the clock ahead of the notifications.
+
+Each queue manager applies its input in event-time order, whatever the micro-batching: rows wait in
+its state until the watermark passes them, then are applied in order, the timers due before each
+row firing first (a read "as of" a time then sees exactly the versions dated up to it).
 """
 import json
 import pickle
@@ -15,15 +21,16 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from .stateful import OUTPUT_DDL, POISON_IDS, TableWriter, apply_guarded, dead_letter, raise_if_poison, replace_timers
-from ..operators.notification_rows import directory_version, step_rows
-from ..operators.notifications import QMState, QueueManager, Settings, notification_from
-from ..wire import WireError, decode
+from .stateful import (OUTPUT_DDL, POISON_IDS, TableWriter, dead_letter, raise_if_poison, replace_timers,
+                       timer_dead_letter)
+from ..operators.notification_input import DIRECTORY, ROW_FIELDS, Row, advance, split
+from ..operators.notification_rows import step_rows
+from ..operators.notifications import QMState, QueueManager, Settings
 
 WATERMARK_DELAY = "10 seconds"
-OBJECTS_TOPIC = "msmq.dsrp.objects"
 CLOCK_KEY = "~clock"
 STAGE = "operator:notifications"
+NEVER_LATE = "2200-01-01 00:00:00"          # (pandas ns timestamps end in 2262) the directory versions' event-time column (see module doc)
 
 
 class NotificationProcessor(StatefulProcessor):
@@ -34,9 +41,15 @@ class NotificationProcessor(StatefulProcessor):
         self.handle = handle
         self.state = handle.getValueState("queue_manager", StructType([StructField("state", BinaryType())]))
 
-    def _load(self, key: str) -> QueueManager:
-        st = pickle.loads(bytes(self.state.get()[0])) if self.state.exists() else QMState(key)
-        qm = QueueManager(st, self.settings)
+    def _stored(self, key: str) -> tuple[bytes | None, list[Row]]:
+        """The queue manager's stored state (pickled) and the rows still waiting for the watermark."""
+        if not self.state.exists():
+            return None, []
+        st, held = pickle.loads(bytes(self.state.get()[0]))
+        return st, [Row(*r) for r in held]
+
+    def _machine(self, key: str, st: bytes | None) -> QueueManager:
+        qm = QueueManager(pickle.loads(st) if st is not None else QMState(key), self.settings)
         if POISON_IDS:                      # test-only: these notifications raise when processed
             process = qm.process
             qm.process = lambda n, now, batch: (setattr(qm, "current", n), raise_if_poison(n.message_id),
@@ -46,35 +59,31 @@ class NotificationProcessor(StatefulProcessor):
     def handleInputRows(self, key, rows, timerValues):
         if key[0] == CLOCK_KEY:
             return                          # MQSD rows: they only moved the event-time clock
-        frame = pd.concat(list(rows)).sort_values(["event_ms", "kind", "topic", "partition", "offset"])
-        qm, poisoned = apply_guarded(lambda: self._load(key[0]), list(frame.itertuples(index=False)), _apply_row)
-        dead = [dead_letter(STAGE, "mqcn" if row.kind != "directory" else "directory", row, exc)
-                for row, exc in poisoned]
-        yield from self._finish(qm, timerValues.getCurrentWatermarkInMs(), dead)
+        frame = pd.concat(list(rows))
+        st, held = self._stored(key[0])
+        held += [Row(*(_plain(v) for v in r)) for r in frame[list(ROW_FIELDS)].itertuples(index=False, name=None)]
+        yield from self._advance(key[0], st, held, timerValues.getCurrentWatermarkInMs())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-        # every timer due by the watermark, in order: one fired timer may arm another already due
-        now = max(expiredTimerInfo.getExpiryTimeInMs(), timerValues.getCurrentWatermarkInMs())
-        skipped: dict[str, tuple] = {}
-        while True:
-            qm = self._load(key[0])
-            qm.s.pending = [n for n in qm.s.pending if n.message_id not in skipped]
-            try:
-                qm.on_timer(now)
-                break
-            except Exception as exc:          # noqa: BLE001 -- the notification being processed is the poison
-                culprit = qm.current
-                if culprit is None or culprit.message_id in skipped:
-                    raise
-                skipped[culprit.message_id] = (culprit, exc)
-        dead = [dead_letter(STAGE, "mqcn", _Origin(n), exc) for n, exc in skipped.values()]
-        yield from self._finish(qm, timerValues.getCurrentWatermarkInMs(), dead)
+        st, held = self._stored(key[0])
+        try:
+            yield from self._advance(key[0], st, held, timerValues.getCurrentWatermarkInMs())
+        except Exception as exc:          # noqa: BLE001 -- a timer no message is to blame for: nothing is saved
+            replace_timers(self.handle, None)
+            row = timer_dead_letter(STAGE, "mqcn", key[0], expiredTimerInfo.getExpiryTimeInMs(), exc)
+            yield pd.DataFrame([(row[0], json.dumps(row[1]))], columns=["table_name", "payload"])
 
-    def _finish(self, qm: QueueManager, watermark_ms: int, dead: list):
+    def _advance(self, key: str, st: bytes | None, held: list[Row], watermark_ms: int):
+        ready, waiting = split(held, watermark_ms)
+        qm, bad_rows, bad_pending = advance(lambda: self._machine(key, st), ready, watermark_ms)
         qm.forget_versions(watermark_ms)
+        dead = [dead_letter(STAGE, "mqcn" if row.kind != DIRECTORY else DIRECTORY, row, exc) for row, exc in bad_rows]
+        dead += [dead_letter(STAGE, "mqcn", _Origin(n), exc) for n, exc in bad_pending]
         rows = step_rows(qm) + dead
-        self.state.update((pickle.dumps(qm.s, protocol=5),))
-        replace_timers(self.handle, qm.next_timer_ms())
+        stored = pickle.dumps(qm.s, protocol=5)
+        self.state.update((pickle.dumps((stored, [tuple(r) for r in waiting]), protocol=5),))
+        due = [t for t in [qm.next_timer_ms()] + [r.event_ms for r in waiting] if t is not None]
+        replace_timers(self.handle, min(due) if due else None)
         if rows:
             yield pd.DataFrame([(t, json.dumps(p, default=str)) for t, p in rows], columns=["table_name", "payload"])
 
@@ -82,22 +91,13 @@ class NotificationProcessor(StatefulProcessor):
         pass
 
 
-def _apply_row(qm: QueueManager, row) -> None:
-    if row.kind == "directory":
-        routed = directory_version(json.loads(bytes(row.body)))
-        if routed:
-            qm.directory_object(routed[1], routed[2])
-        return
-    try:
-        msg = decode("mqcn", bytes(row.body))
-    except WireError:
-        return                              # a dead letter, recorded by the raw query
-    n = notification_from(msg, message_id=row.message_id, arrival_ms=int(row.event_ms),
-                          sender_identifier_type=row.sender_identifier_type,
-                          authentication_level=row.authentication_level, source=row.source_machine,
-                          destination_queue=row.destination_queue)
-    n.origin = (row.topic, int(row.partition), int(row.offset), bytes(row.body))
-    qm.receive(n, row.destination_machine)
+def _plain(value):
+    """A pandas/numpy scalar as a plain Python value (picklable without numpy, comparable)."""
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, float) and value != value:
+        return None
+    return value
 
 
 class _Origin:
@@ -108,38 +108,33 @@ class _Origin:
         self.message_id, self.arrival_ms, self.source_machine = n.message_id, n.arrival_ms, n.source
 
 
-COLUMNS = ["qm_key", "event_time", "event_ms", "kind", "topic", "partition", "offset", "body", "message_id",
-           "sender_identifier_type", "authentication_level", "source_machine", "destination_machine",
-           "destination_queue"]
+COLUMNS = ["qm_key", "event_time"] + list(ROW_FIELDS)
 
 
-def notification_stream(spark, traffic_opts: dict, objects_opts: dict, settings: Settings):
+def notification_stream(spark, opts: dict, settings: Settings):
+    """opts: the source over the notification, discovery and objects topics, gated (see module doc)."""
     from pyspark.sql import functions as F
 
+    from .decode import PLAIN
     from .kafka_source import decoded_stream
-    traffic = (decoded_stream(spark, traffic_opts, "envelope").filter("ok")
+    source = decoded_stream(spark, opts, "envelope").filter("ok")
+    traffic = (source.filter(F.col("protocol") != PLAIN)
                .withColumn("qm_key", F.coalesce(
                    F.nullif(F.lower(F.regexp_extract("destination_queue", r"(?i)^PRIVATE=\{?([0-9a-f-]{36})", 1)),
                             F.lit("")), F.col("destination_machine")))
                .withColumn("event_time", F.col("arrival_time"))
-               .withColumn("kind", F.col("protocol")))
-    objects = (spark.readStream.format("msmq_kafka").options(**objects_opts).load()
-               .withColumn("qm_key", F.col("key").cast("string"))
-               .withColumn("event_time", F.to_timestamp(F.get_json_object(F.col("value").cast("string"),
-                                                                          "$.updated_at")))
-               .withColumn("kind", F.lit("directory")).withColumn("body", F.col("value"))
-               .withColumn("message_id", F.lit(None).cast("string"))
-               .withColumn("sender_identifier_type", F.lit(None).cast("string"))
-               .withColumn("authentication_level", F.lit(None).cast("string"))
-               .withColumn("source_machine", F.lit(None).cast("string"))
-               .withColumn("destination_machine", F.lit(None).cast("string"))
-               .withColumn("destination_queue", F.lit(None).cast("string")))
-    with_ms = lambda df: df.withColumn("event_ms", (F.unix_micros("event_time") / 1000).cast("long"))  # noqa: E731
-    union = with_ms(traffic).select(*COLUMNS).unionByName(with_ms(objects).select(*COLUMNS))
-    # MQSD rows only move the clock. They are not filtered out here: a filter would be pushed below
-    # the watermark and they would no longer count; they all go to one key that ignores them.
-    clocked = union.withColumn("qm_key", F.when(F.col("kind") == "mqsd", F.lit(CLOCK_KEY)).otherwise(F.col("qm_key")))
-    return (clocked.withWatermark("event_time", WATERMARK_DELAY)
+               .withColumn("event_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
+               .withColumn("kind", F.col("protocol"))
+               # MQSD rows only move the clock; they go to one key that ignores them
+               .withColumn("qm_key", F.when(F.col("kind") == "mqsd", F.lit(CLOCK_KEY)).otherwise(F.col("qm_key")))
+               .withWatermark("event_time", WATERMARK_DELAY))
+    updated = F.to_timestamp(F.get_json_object(F.col("body").cast("string"), "$.updated_at"))
+    objects = (source.filter(F.col("protocol") == PLAIN)
+               .withColumn("qm_key", F.col("key"))
+               .withColumn("event_time", F.to_timestamp(F.lit(NEVER_LATE)))
+               .withColumn("event_ms", (F.unix_micros(updated) / 1000).cast("long"))
+               .withColumn("kind", F.lit(DIRECTORY)))
+    return (traffic.select(*COLUMNS).unionByName(objects.select(*COLUMNS))
             .groupBy("qm_key")
             .transformWithStateInPandas(NotificationProcessor(settings), OUTPUT_DDL, "Append", "EventTime"))
 

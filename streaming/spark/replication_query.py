@@ -15,7 +15,8 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from .stateful import OUTPUT_DDL, TableWriter, apply_guarded, dead_letter, raise_if_poison, replace_timers
+from .stateful import (OUTPUT_DDL, TableWriter, apply_guarded, dead_letter, raise_if_poison, replace_timers,
+                       timer_dead_letter)
 from ..operators.replica_store import ObjectStore
 from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
 from ..operators.replication_rows import step_rows
@@ -23,6 +24,7 @@ from ..wire import WireError, decode
 
 WATERMARK_DELAY = "10 seconds"
 OUTBOUND_CONFIRM_S = 240
+STAGE = "operator:replication"
 
 
 class MapStateBackend:
@@ -63,11 +65,17 @@ class ReplicationProcessor(StatefulProcessor):
     def handleInputRows(self, key, rows, timerValues):
         frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
         r, poisoned = apply_guarded(lambda: self._replica(key[0]), list(frame.itertuples(index=False)), _receive)
-        yield from self._finish(r, [dead_letter("operator:replication", "mqdsrp", row, exc) for row, exc in poisoned])
+        yield from self._finish(r, [dead_letter(STAGE, "mqdsrp", row, exc) for row, exc in poisoned])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-        r = self._replica(key[0])
-        r.on_timer(expiredTimerInfo.getExpiryTimeInMs())
+        due = expiredTimerInfo.getExpiryTimeInMs()
+        try:
+            r = self._replica(key[0])
+            r.fire_timers_until(max(due, timerValues.getCurrentWatermarkInMs()))
+        except Exception as exc:          # noqa: BLE001 -- never fail the micro-batch: nothing is saved
+            replace_timers(self.handle, None)
+            yield _frame([timer_dead_letter(STAGE, "mqdsrp", key[0], due, exc)])
+            return
         yield from self._finish(r)
 
     def _finish(self, r: Replica, dead: list | None = None):
@@ -76,14 +84,19 @@ class ReplicationProcessor(StatefulProcessor):
         self.control.update((state_to_bytes(r.s),))
         replace_timers(self.handle, r.next_timer_ms())
         if rows:
-            yield pd.DataFrame([(t, json.dumps(p)) for t, p in rows], columns=["table_name", "payload"])
+            yield _frame(rows)
 
     def close(self) -> None:
         pass
 
 
+def _frame(rows: list[tuple[str, dict]]) -> pd.DataFrame:
+    return pd.DataFrame([(t, json.dumps(p)) for t, p in rows], columns=["table_name", "payload"])
+
+
 def _receive(r: Replica, row) -> None:
     raise_if_poison(row.message_id)
+    r.fire_timers_until(int(row.arrival_ms) - 1)       # the timers due before it fire first
     body = bytes(row.body)
     try:
         msg = decode("mqdsrp", body)
@@ -91,6 +104,21 @@ def _receive(r: Replica, row) -> None:
         return                              # a dead letter, recorded by the raw query
     r.receive(msg, arrival_ms=int(row.arrival_ms), source=row.source_machine, message_class=row.message_class,
               destination_queue=row.destination_queue, body=body)
+
+
+def batch_end_offsets(checkpoint: str, batch_id: int) -> dict:
+    """A micro-batch's end offsets from the checkpoint's offset log (written before the batch ran):
+    a version line, the batch metadata, then one line of JSON per source."""
+    import os
+    with open(os.path.join(checkpoint, "offsets", str(batch_id))) as fh:
+        lines = fh.read().splitlines()
+    ends: dict = {}
+    for line in lines[2:]:
+        if line.strip().startswith("{"):
+            for topic, parts in json.loads(line).items():
+                if isinstance(parts, dict):
+                    ends.setdefault(topic, {}).update(parts)
+    return ends
 
 
 def replication_stream(decoded, pec_name: str | None = None, id_scope: str = ""):
@@ -111,18 +139,29 @@ class ReplicationWriter(TableWriter):
     crash between the commit and the publish is published again, with the same message ids
     (deterministic per server), so a consumer can drop repeats."""
 
+    SIDE_TABLES = ("object_versions",)
+
     def __init__(self, sink_url: str, query_id: str, echo=print, outbound: dict | None = None,
-                 objects: dict | None = None):
+                 objects: dict | None = None, checkpoint: str | None = None):
         super().__init__(sink_url, query_id, echo, label="replication")
         self.outbound = outbound            # {"topic": ..., "kafka": {confluent settings}} or None
-        self.objects = objects              # the same for the directory objects the MQCN operator reads
+        self.objects = objects              # the same for the directory versions the MQCN operator reads,
+        self.checkpoint = checkpoint        # with "progress_topic": where this query's progress goes
         self._producer = None
 
     def after_write(self, rows: dict[str, list[dict]]) -> None:
         if self.objects:
-            self._publish(self.objects, self._object_records(rows.get("directory_objects") or []))
+            self._publish(self.objects, self._object_records(rows.get("object_versions") or []))
+            # after the versions are confirmed: the MQCN operator's clock may now pass what this batch read
+            self._publish({**self.objects, "topic": self.objects["progress_topic"]}, [self._progress_record()])
         if self.outbound:
             self._publish(self.outbound, self._outbound_records(rows.get("outbound_messages") or []))
+
+    def _progress_record(self) -> tuple[bytes, bytes]:
+        """The replication topic's offsets this query has fully processed (its batch's end offsets, as
+        Spark's offset log holds them): every version derived from records before them is published."""
+        return json.dumps({"query_id": self.query_id, "batch_id": self.batch_id,
+                           "ends": batch_end_offsets(self.checkpoint, self.batch_id)}).encode(), b"progress"
 
     def _publish(self, target: dict, records) -> None:
         """(value, key) records to target["topic"], all confirmed before the batch counts as done."""

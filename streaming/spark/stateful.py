@@ -56,6 +56,18 @@ def dead_letter(stage: str, protocol: str, row, exc: Exception) -> tuple[str, di
         "recorded_at": datetime.now(timezone.utc).isoformat()}
 
 
+def timer_dead_letter(stage: str, protocol: str, key: str, due_ms: int, exc: Exception) -> tuple[str, dict]:
+    """A dead_letters row for a timer an operator raised in: no message to blame, so the row names
+    the key and the due time (topic "(timer of KEY)", offset = the due time in milliseconds)."""
+    why = f"{type(exc).__name__}: {exc}"
+    return "dead_letters", {
+        "topic": f"(timer of {key})", "kafka_partition": 0, "kafka_offset": int(due_ms), "kafka_key": key,
+        "protocol": protocol, "stage": stage, "error_reason": why,
+        "error": f"{stage} raised {why} in the timer due at {_iso(int(due_ms))}; the key's state stays as it "
+                 f"was before the timer and its timers wait for its next message",
+        "raw_value": None, "arrival_time": _iso(int(due_ms)), "recorded_at": datetime.now(timezone.utc).isoformat()}
+
+
 def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
 
@@ -71,9 +83,13 @@ def replace_timers(handle, due_ms: int | None) -> None:
 class TableWriter:
     """foreachBatch for operator outputs: rows of (table_name, JSON payload) upserted in one transaction."""
 
+    # rows of these pseudo-tables go to after_write only (published, not written to the sink)
+    SIDE_TABLES: tuple[str, ...] = ()
+
     def __init__(self, sink_url: str, query_id: str, echo=print, label: str = "discovery"):
         self.sink_url, self.query_id, self.echo, self.label = sink_url, query_id, echo, label
         self._sink = None
+        self.batch_id: int | None = None
 
     def __call__(self, df, batch_id: int) -> None:
         from ..sinks import open_sink
@@ -88,8 +104,10 @@ class TableWriter:
                 elif k == "raw_value" and isinstance(v, str):
                     payload[k] = bytes.fromhex(v)
             rows.setdefault(r["table_name"], []).append(payload)
+        side = {name: rows.pop(name) for name in self.SIDE_TABLES if name in rows}
         written = self._sink.write_batch(self.query_id, batch_id, rows)
-        self.after_write(rows)
+        self.batch_id = batch_id
+        self.after_write({**rows, **side})
         if any(rows.values()):
             self.echo(f"{self.label} batch {batch_id}: " + ", ".join(f"{len(v)} {k}" for k, v in rows.items())
                       + ("" if written else " (already written: skipped)"))

@@ -1,0 +1,94 @@
+"""The order a queue manager takes its input in, whatever the micro-batching (sans-IO).
+
+Rows (notifications and directory versions) wait until the event-time clock (the watermark) passes
+them, then are applied in event-time order, each after the timers due before it, and the timers due
+by the clock fire last. A read "as of" a time then sees exactly the versions dated up to it, and a
+micro-batch boundary changes nothing. The Spark adapter (streaming/spark/notification_query.py) and
+the offline harness of the tests both drive the queue manager through `advance`.
+"""
+import json
+from collections import namedtuple
+
+from ..wire import WireError, decode
+from .notification_rows import directory_version
+from .notifications import QueueManager, notification_from
+
+ROW_FIELDS = ("event_ms", "kind", "topic", "partition", "offset", "body", "message_id", "sender_identifier_type",
+              "authentication_level", "source_machine", "destination_machine", "destination_queue")
+Row = namedtuple("Row", ROW_FIELDS)
+DIRECTORY = "directory"
+
+
+def directory_row(version_row: dict, body: bytes | None = None) -> Row:
+    """A directory version (a directory_objects row of the replication operator) as an input row."""
+    from .notification_rows import version_event_ms
+    body = body if body is not None else json.dumps(version_row, default=str).encode()
+    return Row(version_event_ms(version_row), DIRECTORY, None, None, None, body, None, None, None, None, None, None)
+
+
+def split(held: list[Row], watermark_ms: int) -> tuple[list[Row], list[Row]]:
+    """(rows the clock has passed, in the order they apply in; rows still waiting)."""
+    return sorted((r for r in held if r.event_ms <= watermark_ms), key=order), \
+        [r for r in held if r.event_ms > watermark_ms]
+
+
+def order(row: Row) -> tuple:
+    """Event time; at one time the directory versions first (a read as of a time sees the versions
+    dated then), ordered by content (their offsets depend on the replication query's batching),
+    then the notifications in Kafka order."""
+    if row.kind == DIRECTORY:
+        return row.event_ms, 0, bytes(row.body), 0, 0
+    return row.event_ms, 1, (row.topic or "").encode(), row.partition or 0, row.offset or 0
+
+
+def advance(load, ready: list[Row], watermark_ms: int):
+    """Applies the rows (in order) to the queue manager load() builds, each after the timers due
+    before it, then the timers due by the watermark. A message that raises, as a row or as a pending
+    notification while a timer fires, is left out and everything is applied again from a fresh
+    load(), so the state is as if it had never come. Returns (queue manager, [(row, exception)],
+    [(pending notification, exception)])."""
+    bad_rows: dict[int, Exception] = {}
+    bad_pending: dict[str, tuple] = {}
+    while True:
+        qm, step = load(), None
+        qm.s.pending = [n for n in qm.s.pending if n.message_id not in bad_pending]
+        try:
+            for i, row in enumerate(ready):
+                if i in bad_rows:
+                    continue
+                step, qm.current = None, None
+                qm.on_timer(row.event_ms - 1)
+                step = i
+                apply_row(qm, row, bad_pending)
+            step, qm.current = None, None
+            qm.on_timer(watermark_ms)
+            return qm, [(ready[i], exc) for i, exc in sorted(bad_rows.items())], list(bad_pending.values())
+        except Exception as exc:          # noqa: BLE001 -- any exception: the message is the poison
+            culprit = qm.current
+            if step is not None:
+                bad_rows[step] = exc
+            elif culprit is not None and culprit.message_id not in bad_pending:
+                bad_pending[culprit.message_id] = (culprit, exc)
+            else:
+                raise
+
+
+def apply_row(qm: QueueManager, row: Row, skip=()) -> None:
+    if row.kind == DIRECTORY:
+        routed = directory_version(json.loads(bytes(row.body)))
+        if routed:
+            qm.directory_object(routed[1], routed[2])
+        return
+    if row.message_id in skip:
+        return                              # found poison while a timer fired: never taken in again
+    try:
+        msg = decode("mqcn", bytes(row.body))
+    except WireError:
+        return                              # a dead letter, recorded by the raw query
+    n = notification_from(msg, message_id=row.message_id, arrival_ms=int(row.event_ms),
+                          sender_identifier_type=row.sender_identifier_type,
+                          authentication_level=row.authentication_level, source=row.source_machine,
+                          destination_queue=row.destination_queue)
+    n.origin = (row.topic, row.partition, row.offset, bytes(row.body))
+    qm.current = n
+    qm.receive(n, row.destination_machine)
