@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup system-deps run test bench bench-codecs bench-replication soak clean
+.PHONY: setup system-deps run stop test bench bench-codecs bench-replication soak clean
 
 # The virtual environment and the embedded broker's Kafka jars (fetched once from Maven Central).
 setup: $(VENV)/.installed
@@ -26,8 +26,16 @@ run: setup
 	$(BIN)/dirstream broker start
 	$(BIN)/dirstream produce simulate --count $(DEMO_MESSAGES) --truth var/truth.json
 	$(BIN)/dirstream produce respond --truth var/truth.json > var/responder.log 2>&1 & \
-	  responder=$$!; trap 'kill $$responder 2>/dev/null' EXIT INT TERM; \
+	  responder=$$!; echo $$responder > var/responder.pid; \
+	  trap 'kill $$responder 2>/dev/null; rm -f var/responder.pid; \
+	        echo "make run: the embedded Kafka broker is still running (127.0.0.1:19092, data in var/broker);" \
+	             "make stop stops it"' EXIT INT TERM; \
 	  $(BIN)/dirstream run --pec-name pec0
+
+# Stops what `make run` started: the responder (if still running) and the embedded broker.
+stop:
+	-@test -f var/responder.pid && kill $$(cat var/responder.pid) 2>/dev/null; rm -f var/responder.pid
+	-$(BIN)/dirstream broker stop
 
 DEMO_MESSAGES ?= 20000
 

@@ -80,7 +80,8 @@ def cmd_simulate(args) -> int:
     ensure_topics(settings, {t: args.partitions for t in TOPICS.values()})
     pub = publisher(args.client, settings)
     items = ((m.protocol, m.key, m.envelope) for m in sim.messages(args.count))
-    stats = publish_all(pub, items, rate=args.rate, duration=args.duration, on_deadline=sim.stop)
+    stats = publish_all(pub, items, rate=args.rate, duration=args.duration, on_deadline=sim.stop,
+                        total=args.count if args.duration is None else None)
     pub.close()
     truth = sim.truth()
     if args.truth:
@@ -107,7 +108,7 @@ def cmd_replay(args) -> int:
     if replay.items:
         ensure_topics(settings, {TOPICS[p]: args.partitions for p in {i[0] for i in replay.items}})
         pub = publisher(args.client, settings)
-        stats = publish_all(pub, replay.items, rate=args.rate)
+        stats = publish_all(pub, replay.items, rate=args.rate, total=len(replay.items))
         pub.close()
         published = stats.total
     else:

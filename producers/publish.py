@@ -35,13 +35,16 @@ def publish_envelope(pub: Publisher, protocol: str, key: str, envelope: dict, to
 
 
 def publish_all(pub: Publisher, items: Iterable, *, rate: float | None = None, duration: float | None = None,
-                on_deadline=None, progress=sys.stderr, topics: dict[str, str] = TOPICS) -> PublishStats:
+                on_deadline=None, progress=sys.stderr, topics: dict[str, str] = TOPICS,
+                total: int | None = None) -> PublishStats:
     """Publish (protocol, key, envelope) items. `rate` caps messages per second; after `duration`
     seconds on_deadline() is called once (the simulator then winds down). Ctrl-C stops early;
-    everything already handed to the client is still flushed and confirmed by the caller's close()."""
+    everything already handed to the client is still flushed and confirmed by the caller's close().
+    Progress: a bar on a terminal (of `total` when known), else a line every second."""
     stats = PublishStats()
     next_report = stats.started + 1.0
     deadline_called = False
+    bar = ProgressBar(progress, total) if progress and progress.isatty() else None
     try:
         for protocol, key, envelope in items:
             publish_envelope(pub, protocol, key, envelope, topics)
@@ -57,10 +60,35 @@ def publish_all(pub: Publisher, items: Iterable, *, rate: float | None = None, d
                     break
                 on_deadline()
             if progress and now >= next_report:
-                print(f"\rsent {stats.line()}", end="", file=progress, flush=True)
-                next_report = now + 1.0
+                if bar is not None:
+                    bar.update(stats)
+                else:
+                    print(f"\rsent {stats.line()}", end="", file=progress, flush=True)
+                next_report = now + (0.2 if bar is not None else 1.0)
     except KeyboardInterrupt:
         stats.interrupted = True
+    if bar is not None:
+        bar.close(stats)
     if progress:
         print(f"\rsent {stats.line()}" + (" (interrupted)" if stats.interrupted else ""), file=progress, flush=True)
     return stats
+
+
+class ProgressBar:
+    """Messages sent of the total (or a running count), with the rate, on a terminal (rich)."""
+
+    def __init__(self, stream, total: int | None):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        self.progress = Progress(TextColumn("sending"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+                                 console=Console(file=stream), transient=True)
+        self.task = self.progress.add_task("sending", total=total, rate="")
+        self.progress.start()
+
+    def update(self, stats: PublishStats) -> None:
+        self.progress.update(self.task, completed=stats.total, rate=f"{stats.rate():,.0f} msg/s")
+
+    def close(self, stats: PublishStats) -> None:
+        self.update(stats)
+        self.progress.stop()

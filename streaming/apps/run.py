@@ -48,6 +48,10 @@ def register(sub, add_kafka_arguments) -> None:
                     help="notifications in one window that trigger a refresh of every queue (default 100)")
     run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                      help="extra Spark setting; repeatable")
+    run.add_argument("--log-file", help="where Spark's, the Python workers' and the job's own log lines go "
+                                        "(default: dirstream-run.log beside the checkpoint folder)")
+    run.add_argument("--log-format", choices=["auto", "rich", "plain"], default="auto",
+                     help="the console: rich (a live table per query), plain (lines), auto (rich on a terminal)")
     run.set_defaults(func=cmd_run)
 
 
@@ -67,9 +71,18 @@ def _run(args) -> int:
     from ..spark.kafka_offsets import SourceError
     from ..sinks import SinkError
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .console import ConsoleHandler, JobConsole, capture_output
+    log_file = args.log_file or os.path.join(os.path.dirname(os.path.abspath(args.checkpoint)), "dirstream-run.log")
+    out, err = capture_output(log_file)
+    fancy = args.log_format == "rich" or (args.log_format == "auto" and err.isatty())
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr, force=True)          # the log file
     logging.getLogger("py4j").setLevel(logging.WARNING)
     log = logging.getLogger("dirstream.run")
+    console = JobConsole(out, err, fancy)
+    logging.getLogger("dirstream").addHandler(ConsoleHandler(console))
+    say = lambda text: (log.info("%s", text), print(text, file=err, flush=True))  # noqa: E731
+    print(f"dirstream run: Spark's and the job's log in {log_file}", file=err, flush=True)
     settings_options = _kafka_options(args)
     os.makedirs(args.checkpoint, exist_ok=True)
     opts = source_options(args.bootstrap, settings_options,
@@ -82,33 +95,42 @@ def _run(args) -> int:
         try:
             _create_missing_raw_topics(args.bootstrap, settings_options, log)
         except RuntimeError as exc:                # KafkaUnavailable: the broker cannot be reached
-            print(f"dirstream run: {exc}", file=sys.stderr)
+            say(f"dirstream run: {exc}")
             return 2
     conf = dict(item.split("=", 1) for item in args.spark_conf)
     log.info("reading %s from %s; writing %s; checkpoint %s; master %s", opts.get("topics") or opts["topicPattern"],
              args.bootstrap, args.sink, args.checkpoint, args.master)
     spark = build_spark(args.master, conf=conf)
-    echo = lambda line: log.info("%s", line)  # noqa: E731
+    echo = lambda line: (log.info("%s", line), console.info(line))  # noqa: E731
     operators = not args.topics and not args.topic_pattern
     job = topology.JobSettings(
         args.sink, args.checkpoint, opts, once=args.once, trigger=args.trigger, echo=echo,
         records_per_task=args.records_per_task, pec_name=args.pec_name,
         outbound_topic=None if args.outbound_topic.lower() == "none" else args.outbound_topic,
-        kafka_conf={"bootstrap.servers": args.bootstrap, **settings_options}, cn_settings=cn_settings(args))
+        kafka_conf={"bootstrap.servers": args.bootstrap, **settings_options}, cn_settings=cn_settings(args),
+        observer=console)
+    if args.once:
+        console.once_total = _records_to_read(opts, args.sink, job.checkpoint_of(topology.RAW))
     if operators:
         _record_operator_progress(spark, job)
         for topic, partitions in topology.internal_topics(job).items():
             _ensure_topic(args.bootstrap, settings_options, topic, partitions)
     rc = 0
-    for phase in topology.phases(args.once, operators):
-        try:
-            queries = [topology.start(spark, spec, job) for spec in phase]
-        except (SourceError, SinkError, ValueError) as exc:
-            print(f"dirstream run: {exc}", file=sys.stderr)
-            return 2
-        rc, stopped = _supervise(queries, log)
-        if rc or stopped:
-            break
+    console.start()
+    try:
+        for phase in topology.phases(args.once, operators):
+            try:
+                queries = [topology.start(spark, spec, job) for spec in phase]
+            except (SourceError, SinkError, ValueError) as exc:
+                console.stop()
+                say(f"dirstream run: {exc}")
+                return 2
+            rc, stopped = _supervise(queries, log, say)
+            if rc or stopped:
+                break
+    finally:
+        console.stop()
+    print(console.summary(), file=out, flush=True)
     # A terminal's Ctrl-C reaches the whole process group; PySpark's own SIGINT handling during
     # interpreter shutdown could still turn a clean stop into death by SIGINT. The queries are
     # stopped and every batch is committed: stop Spark and leave with our exit code.
@@ -129,7 +151,35 @@ def _record_operator_progress(spark, job) -> None:
     from ..spark.pipeline import checkpoint_query_id
     from ..spark.progress import OperatorProgress
     ids = {spec.name: checkpoint_query_id(job.checkpoint_of(spec)) for spec in topology.OPERATORS}
-    spark.streams.addListener(OperatorProgress(job.sink_url, ids))
+    spark.streams.addListener(OperatorProgress(job.sink_url, ids, job.observer))
+
+
+def _records_to_read(opts: dict, sink_url: str, raw_checkpoint: str) -> int | None:
+    """How many records of the raw topics the raw query has not read yet (for --once's progress bar)."""
+    import json
+
+    from ..spark.kafka_offsets import EndOffsets
+    from ..spark.kafka_source import client_conf
+    from ..spark.pipeline import checkpoint_query_id
+    from ..sinks import open_sink
+    try:
+        topics = [t for t in opts.get("topics", "").split(",") if t] or None
+        offsets = EndOffsets(client_conf(opts), topics, opts.get("topicPattern"), broker_wait_s=0)
+        try:
+            ends = offsets.ends()
+            lows = {tp: offsets.low(tp) for tp in ends}
+        finally:
+            offsets.close()
+        sink = open_sink(sink_url)
+        try:
+            last = sink.last_progress(checkpoint_query_id(raw_checkpoint)) or {}
+        finally:
+            sink.close()
+        done = last.get("end_offsets") or {}
+        done = json.loads(done) if isinstance(done, str) else done
+        return sum(max(end - max(done.get(f"{t}[{p}]", 0), lows[(t, p)]), 0) for (t, p), end in ends.items())
+    except Exception:          # noqa: BLE001 -- the bar is informative: never fail the run for it
+        return None
 
 
 def cn_settings(args):
@@ -160,7 +210,7 @@ def _kafka_options(args) -> dict:
     return KafkaSettings.from_args(args.bootstrap, args.kafka_config, args.kafka_option).options
 
 
-def _supervise(queries, log) -> tuple[int, bool]:
+def _supervise(queries, log, say=print) -> tuple[int, bool]:
     """Wait for the queries; the first Ctrl-C (or SIGTERM) stops them after the batches in flight.
     Returns (exit code, whether a stop was asked for)."""
     stop = {"requested": False}
@@ -169,7 +219,7 @@ def _supervise(queries, log) -> tuple[int, bool]:
         if stop["requested"]:
             raise KeyboardInterrupt
         stop["requested"] = True
-        log.info("stopping after the current batch (Ctrl-C again to stop at once)")
+        say("dirstream run: stopping after the current batch (Ctrl-C again to stop at once)")
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
@@ -187,7 +237,7 @@ def _supervise(queries, log) -> tuple[int, bool]:
         q.stop()
     errors = [q.exception() for q in queries if q.exception() is not None]
     if errors:
-        print(f"dirstream run: the query failed: {_short(errors[0])}", file=sys.stderr)
+        say(f"dirstream run: the query failed: {_short(errors[0])}")
         return 1, stop["requested"]
     log.info("stopped cleanly" if stop["requested"] else "finished")
     return 0, stop["requested"]

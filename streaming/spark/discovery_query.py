@@ -37,9 +37,10 @@ class DiscoveryProcessor(StatefulProcessor):
     def _save(self, st: DiscoveryState) -> None:
         self.state.update((state_to_json(st),))
         replace_timers(self.handle, max(st.deadline_ms or 0, self._completed_at) + FORGET_AFTER_MS if st.done
-                       else st.deadline_ms)
+                       else st.deadline_ms, self.fired_ms)
 
     def handleInputRows(self, key, rows, timerValues):
+        self.fired_ms = None
         request_id = key[0]
         frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
 
@@ -63,6 +64,7 @@ class DiscoveryProcessor(StatefulProcessor):
         yield from self._emit(st, out, [dead_letter("operator:discovery", "mqsd", row, exc) for row, exc in poisoned])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        self.fired_ms = expiredTimerInfo.getExpiryTimeInMs()          # Spark removes it itself
         st = self._load()
         if st.done:
             self.state.clear()                 # kept only to recognise late replies
@@ -71,7 +73,7 @@ class DiscoveryProcessor(StatefulProcessor):
         try:
             out = self.core.on_timer(st, key[0], due)
         except Exception as exc:          # noqa: BLE001 -- never fail the micro-batch: nothing is saved
-            replace_timers(self.handle, None)
+            replace_timers(self.handle, None, self.fired_ms)
             row = timer_dead_letter("operator:discovery", "mqsd", key[0], due, exc)
             yield pd.DataFrame([(row[0], json.dumps(row[1]))], columns=["table_name", "payload"])
             return
@@ -99,7 +101,7 @@ class DiscoveryProcessor(StatefulProcessor):
                 rows.append(item)
         if st.done and st.request is None:
             self.state.clear()
-            replace_timers(self.handle, None)
+            replace_timers(self.handle, None, self.fired_ms)
         else:
             self._save(st)
         if rows:

@@ -57,6 +57,7 @@ class NotificationProcessor(StatefulProcessor):
         return qm
 
     def handleInputRows(self, key, rows, timerValues):
+        self.fired_ms = None
         if key[0] == CLOCK_KEY:
             return                          # MQSD rows: they only moved the event-time clock
         frame = pd.concat(list(rows))
@@ -65,11 +66,12 @@ class NotificationProcessor(StatefulProcessor):
         yield from self._advance(key[0], st, held, timerValues.getCurrentWatermarkInMs())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        self.fired_ms = expiredTimerInfo.getExpiryTimeInMs()          # Spark removes it itself
         st, held = self._stored(key[0])
         try:
             yield from self._advance(key[0], st, held, timerValues.getCurrentWatermarkInMs())
         except Exception as exc:          # noqa: BLE001 -- a timer no message is to blame for: nothing is saved
-            replace_timers(self.handle, None)
+            replace_timers(self.handle, None, self.fired_ms)
             row = timer_dead_letter(STAGE, "mqcn", key[0], expiredTimerInfo.getExpiryTimeInMs(), exc)
             yield pd.DataFrame([(row[0], json.dumps(row[1]))], columns=["table_name", "payload"])
 
@@ -83,7 +85,7 @@ class NotificationProcessor(StatefulProcessor):
         stored = pickle.dumps(qm.s, protocol=5)
         self.state.update((pickle.dumps((stored, [tuple(r) for r in waiting]), protocol=5),))
         due = [t for t in [qm.next_timer_ms()] + [r.event_ms for r in waiting] if t is not None]
-        replace_timers(self.handle, min(due) if due else None)
+        replace_timers(self.handle, min(due) if due else None, self.fired_ms)
         if rows:
             yield pd.DataFrame([(t, json.dumps(p, default=str)) for t, p in rows], columns=["table_name", "payload"])
 

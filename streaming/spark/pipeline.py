@@ -71,6 +71,7 @@ class BatchWriter:
         self._sink = None
         self._offsets = None
         self._ends: dict[tuple[str, int], int] = {}
+        self.query_name, self.observer = "dirstream", None     # set by _start
 
     @property
     def sink(self):
@@ -88,6 +89,9 @@ class BatchWriter:
         progress = self.progress_row(query_id, batch_id, started, t0, rows.pop("_counts"))
         rows["pipeline_progress"] = [progress]
         written = self.sink.write_batch(query_id, batch_id, rows)
+        if self.observer is not None:
+            self.observer.batch(self.query_name, batch_id, progress, {t: len(v) for t, v in rows.items()},
+                                rows.get("dead_letters") or [])
         self.echo(f"batch {batch_id}: {progress['input_rows']} rows ({progress['dead_letters']} dead letters) in "
                   f"{progress['duration_ms']} ms, {progress['rows_per_second']:,.0f} rows/s, lag {progress['total_lag']}"
                   + ("" if written else " (already written: skipped)"))
@@ -210,7 +214,7 @@ def parse_trigger(text: str) -> str:
 
 def start_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
                 trigger: str = "2s", echo=print, per_record: bool = False,
-                records_per_task: int | None = RECORDS_PER_TASK):
+                records_per_task: int | None = RECORDS_PER_TASK, observer=None):
     """The raw query. Its reading tasks decode every record and count (decode=summary); per_record
     sends every decoded row through Spark instead (decode=true: same tables, slower)."""
     data_loss_log = source_opts.get("dataLossLog")
@@ -219,7 +223,7 @@ def start_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, onc
     if records_per_task:
         source_opts = {**source_opts, "maxRecordsPerPartition": str(records_per_task)}
     frame = decoded_stream(spark, source_opts, mode="true" if per_record else "summary")
-    return _start(frame, "dirstream", checkpoint, writer, once, trigger)
+    return _start(frame, "dirstream", checkpoint, writer, once, trigger, observer)
 
 
 # Test-only: "query-name=seconds" makes that query's every micro-batch take that much longer (the
@@ -227,7 +231,9 @@ def start_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, onc
 SLOW_QUERY_FOR_TESTS = os.environ.get("DIRSTREAM_TEST_SLOW_QUERY", "")
 
 
-def _start(frame, name: str, checkpoint: str, writer, once: bool, trigger: str):
+def _start(frame, name: str, checkpoint: str, writer, once: bool, trigger: str, observer=None):
+    """observer: told of every micro-batch written (streaming.apps.console.JobConsole.batch)."""
+    writer.query_name, writer.observer = name, observer
     slow_name, _, seconds = SLOW_QUERY_FOR_TESTS.partition("=")
     if slow_name == name:
         writer = _Slowed(writer, float(seconds))
@@ -260,7 +266,7 @@ def checkpoint_query_id(checkpoint: str) -> str:
 
 
 def start_discovery_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
-                          trigger: str = "2s", echo=print):
+                          trigger: str = "2s", echo=print, observer=None):
     """The MQSD discovery operator: its own query over the discovery topic, its own checkpoint."""
     from .discovery_query import discovery_stream
     from .stateful import TableWriter
@@ -269,13 +275,13 @@ def start_discovery_query(spark, *, sink_url: str, checkpoint: str, source_opts:
     writer = TableWriter(sink_url, checkpoint_query_id(checkpoint), echo)
     open_sink(sink_url).close()                  # create the tables (and fail fast on a bad URL)
     return _start(discovery_stream(decoded_stream(spark, opts)), "dirstream-discovery", checkpoint, writer, once,
-                  trigger)
+                  trigger, observer)
 
 
 def start_replication_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
                             trigger: str = "2s", echo=print, pec_name: str | None = None,
                             outbound_topic: str | None = None, kafka_conf: dict | None = None,
-                            objects_topic: str | None = None, progress_topic: str = PROGRESS_TOPIC):
+                            objects_topic: str | None = None, progress_topic: str = PROGRESS_TOPIC, observer=None):
     """The MQDSRP replication operator: its own query over the replication topic and checkpoint;
     what the servers send goes to outbound_messages and, if outbound_topic is set, to Kafka; every
     directory version to objects_topic and, after them, the query's progress to progress_topic."""
@@ -289,8 +295,7 @@ def start_replication_query(spark, *, sink_url: str, checkpoint: str, source_opt
     writer = ReplicationWriter(sink_url, query_id, echo, outbound, objects, checkpoint)
     open_sink(sink_url).close()
     return _start(replication_stream(decoded_stream(spark, opts, "envelope"), pec_name, query_id),
-                  "dirstream-replication",
-                  checkpoint, writer, once, trigger)
+                  "dirstream-replication", checkpoint, writer, once, trigger, observer)
 
 
 def notification_source_options(source_opts: dict, objects_topic: str = OBJECTS_TOPIC,
@@ -309,7 +314,7 @@ def notification_source_options(source_opts: dict, objects_topic: str = OBJECTS_
 def start_notification_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, settings,
                              once: bool = False, trigger: str = "2s", echo=print,
                              objects_topic: str = OBJECTS_TOPIC, progress_topic: str = PROGRESS_TOPIC,
-                             replication_checkpoint: str | None = None):
+                             replication_checkpoint: str | None = None, observer=None):
     """The MQCN operator: notifications plus the replicas' directory versions, its own checkpoint;
     its clock follows the progress of the replication query of replication_checkpoint."""
     from .notification_query import NotificationWriter, notification_stream
@@ -318,4 +323,4 @@ def start_notification_query(spark, *, sink_url: str, checkpoint: str, source_op
     upstream = checkpoint_query_id(replication_checkpoint) if replication_checkpoint else None
     opts = notification_source_options(source_opts, objects_topic, progress_topic, upstream)
     return _start(notification_stream(spark, opts, settings), "dirstream-notifications", checkpoint,
-                  writer, once, trigger)
+                  writer, once, trigger, observer)

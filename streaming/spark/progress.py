@@ -30,8 +30,9 @@ def operator_progress_row(p, query_id: str) -> dict:
 class OperatorProgress(StreamingQueryListener):
     """Writes a row per micro-batch of the named queries (query name -> the query id its writer uses)."""
 
-    def __init__(self, sink_url: str, query_ids: dict[str, str]):
+    def __init__(self, sink_url: str, query_ids: dict[str, str], observer=None):
         self.sink_url, self.query_ids, self._sink = sink_url, dict(query_ids), None
+        self.observer = observer            # told of every row (streaming.apps.console.JobConsole.progress)
 
     def onQueryStarted(self, event) -> None:
         pass
@@ -48,6 +49,8 @@ class OperatorProgress(StreamingQueryListener):
             row = operator_progress_row(p, query_id)
             # its own exactly-once marker: the writer's (query id, batch id) marks the batch's tables
             self._sink.write_batch(f"{query_id}/progress", row["batch_id"], {"pipeline_progress": [row]})
+            if self.observer is not None:
+                self.observer.progress(row)
             if row["late_rows"]:
                 log.warning("%s batch %d: %d rows arrived behind the watermark and were dropped (late_rows)",
                             p.name, row["batch_id"], row["late_rows"])

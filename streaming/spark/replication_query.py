@@ -34,6 +34,8 @@ class MapStateBackend:
         self.state = state
 
     def load(self, bucket: int) -> bytes | None:
+        if not self.state.containsKey((bucket,)):
+            return None                     # asked first: a lookup of a missing key logs a warning per call
         value = self.state.getValue((bucket,))
         return bytes(value[0]) if value is not None else None
 
@@ -63,17 +65,19 @@ class ReplicationProcessor(StatefulProcessor):
         return Replica(st, ObjectStore(MapStateBackend(self.objects)), self.pec_name)
 
     def handleInputRows(self, key, rows, timerValues):
+        self.fired_ms = None
         frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
         r, poisoned = apply_guarded(lambda: self._replica(key[0]), list(frame.itertuples(index=False)), _receive)
         yield from self._finish(r, [dead_letter(STAGE, "mqdsrp", row, exc) for row, exc in poisoned])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        self.fired_ms = expiredTimerInfo.getExpiryTimeInMs()          # Spark removes it itself
         due = expiredTimerInfo.getExpiryTimeInMs()
         try:
             r = self._replica(key[0])
             r.fire_timers_until(max(due, timerValues.getCurrentWatermarkInMs()))
         except Exception as exc:          # noqa: BLE001 -- never fail the micro-batch: nothing is saved
-            replace_timers(self.handle, None)
+            replace_timers(self.handle, None, self.fired_ms)
             yield _frame([timer_dead_letter(STAGE, "mqdsrp", key[0], due, exc)])
             return
         yield from self._finish(r)
@@ -82,7 +86,7 @@ class ReplicationProcessor(StatefulProcessor):
         r.store.flush()
         rows = step_rows(r, r.s.now_ms, self.id_scope) + (dead or [])
         self.control.update((state_to_bytes(r.s),))
-        replace_timers(self.handle, r.next_timer_ms())
+        replace_timers(self.handle, r.next_timer_ms(), self.fired_ms)
         if rows:
             yield _frame(rows)
 

@@ -72,10 +72,12 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
 
 
-def replace_timers(handle, due_ms: int | None) -> None:
-    """Each operator keeps at most one timer per key: the next thing due (None: nothing)."""
+def replace_timers(handle, due_ms: int | None, fired_ms: int | None = None) -> None:
+    """Each operator keeps at most one timer per key: the next thing due (None: nothing). fired_ms:
+    the timer being handled, which Spark removes itself (deleting it too logs a warning)."""
     for t in list(handle.listTimers()):
-        handle.deleteTimer(t)
+        if t != fired_ms:
+            handle.deleteTimer(t)
     if due_ms is not None:
         handle.registerTimer(due_ms)
 
@@ -90,6 +92,7 @@ class TableWriter:
         self.sink_url, self.query_id, self.echo, self.label = sink_url, query_id, echo, label
         self._sink = None
         self.batch_id: int | None = None
+        self.query_name, self.observer = label, None         # set by pipeline._start
 
     def __call__(self, df, batch_id: int) -> None:
         from ..sinks import open_sink
@@ -108,6 +111,9 @@ class TableWriter:
         written = self._sink.write_batch(self.query_id, batch_id, rows)
         self.batch_id = batch_id
         self.after_write({**rows, **side})
+        if self.observer is not None:
+            self.observer.batch(self.query_name, batch_id, None, {t: len(v) for t, v in rows.items()},
+                                rows.get("dead_letters") or [])
         if any(rows.values()):
             self.echo(f"{self.label} batch {batch_id}: " + ", ".join(f"{len(v)} {k}" for k, v in rows.items())
                       + ("" if written else " (already written: skipped)"))

@@ -55,6 +55,7 @@ class JobSettings:
     outbound_topic: str | None = OUTBOUND_TOPIC
     kafka_conf: dict = field(default_factory=dict)
     cn_settings: object = None
+    observer: object = None         # told of every micro-batch (streaming.apps.console.JobConsole)
 
     def checkpoint_of(self, spec: QuerySpec) -> str:
         return os.path.join(self.checkpoint, spec.folder)
@@ -86,7 +87,7 @@ def internal_topics(job: JobSettings) -> dict[str, int]:
 def start(spark, spec: QuerySpec, job: JobSettings):
     from . import pipeline
     common = dict(sink_url=job.sink_url, checkpoint=job.checkpoint_of(spec), source_opts=job.source_opts,
-                  once=job.once, trigger=job.trigger, echo=job.echo)
+                  once=job.once, trigger=job.trigger, echo=job.echo, observer=job.observer)
     if spec is RAW:
         return pipeline.start_query(spark, records_per_task=job.records_per_task, **common)
     if spec is DISCOVERY:
