@@ -29,7 +29,7 @@ run: setup
 	  responder=$$!; echo $$responder > var/responder.pid; \
 	  trap 'kill $$responder 2>/dev/null; rm -f var/responder.pid; \
 	        echo "make run: the embedded Kafka broker is still running (127.0.0.1:19092, data in var/broker);" \
-	             "make stop stops it"' EXIT INT TERM; \
+	             "make stop stops it"' EXIT; \
 	  $(BIN)/dirstream run --pec-name pec0
 
 # Stops what `make run` started: the responder (if still running) and the embedded broker.

@@ -139,6 +139,13 @@ class JobConsole:
         else:
             print(f"{logging.getLevelName(level)}: {text}", file=self.err, flush=True)
 
+    def notice(self, text: str) -> None:
+        """A line the operator must see in both modes (stopping, a failure)."""
+        if self._live is not None:
+            self._live.console.print(_escape(text))
+        else:
+            print(text, file=self.err, flush=True)
+
     def info(self, text: str) -> None:
         """A line of the job's own (a batch written, stopped cleanly): plain output only."""
         if self._live is None:

@@ -81,7 +81,7 @@ def _run(args) -> int:
     log = logging.getLogger("dirstream.run")
     console = JobConsole(out, err, fancy)
     logging.getLogger("dirstream").addHandler(ConsoleHandler(console))
-    say = lambda text: (log.info("%s", text), print(text, file=err, flush=True))  # noqa: E731
+    say = lambda text: (log.info("%s", text), console.notice(text))  # noqa: E731
     print(f"dirstream run: Spark's and the job's log in {log_file}", file=err, flush=True)
     settings_options = _kafka_options(args)
     os.makedirs(args.checkpoint, exist_ok=True)
