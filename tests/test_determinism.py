@@ -122,6 +122,7 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path):
     # Kafka holds its final content from here on
     expected = dump(baseline)
     assert verified(truth_file, baseline, *CONVERGING).returncode == 0
+    _every_outbound_message_is_on_its_topic(broker, baseline)
     assert "0 notifications unresolved" in verified(truth_file, baseline, "notifications").stdout
     assert expected["notifications"] and expected["directory_objects"] and expected["dead_letters"]
 
@@ -210,6 +211,23 @@ def _console_on_a_terminal(broker, sink, checkpoint, log_file) -> None:
     assert not re.search(r"\b(WARN|INFO)\b", text), text[-3000:]          # no Spark or job log lines
     logged = log_file.read_text()
     assert "notifications batch" in logged and "Spark" in logged
+
+
+def _every_outbound_message_is_on_its_topic(broker, url: str) -> None:
+    """What the replicas sent is on the outbound topic, keyed by its destination, with its body (the
+    responder answered it from there)."""
+    from conftest import consume_all
+    from streaming.wire.topics import OUTBOUND_TOPIC
+    s = open_sink(url)
+    out = s.query("SELECT message_id, operation, destination, body FROM outbound_messages")
+    s.close()
+    published = {}
+    for rec in consume_all(broker, OUTBOUND_TOPIC):
+        env = decode_envelope(rec.value())
+        assert rec.key().decode() == env["destination_machine"]
+        published[env["message_id"]] = env
+    assert out and {r["operation"] for r in out} >= {"SyncRequest"}
+    assert all(published[r["message_id"]]["body"].hex() == r["body"] for r in out)
 
 
 def _count(url: str, table: str) -> int:

@@ -1,7 +1,8 @@
-"""MQSD discovery through the real pipeline: broker -> source -> transformWithStateInPandas -> sink."""
+"""MQSD discovery through the real pipeline: broker -> source -> transformWithStateInPandas -> sink.
+(A simulated enterprise's discovery verified against the truth: tests/test_determinism.py.)"""
 import json
 
-from conftest import dirstream, simulate, vector
+from conftest import vector
 
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics
 from producers.publish import publish_envelope
@@ -89,13 +90,3 @@ def test_section_4_exchange_and_the_timer_cases(spark, broker, tmp_path):
     assert requests(url)[0] == rows
 
 
-def test_simulated_discovery_verifies_against_the_truth(broker, tmp_path):
-    summary, truth = simulate(broker, tmp_path, "--seed", "23", "--count", "3000")
-    url = f"sqlite:///{tmp_path}/sink.db"
-    done = dirstream("run", "--bootstrap", broker, "--sink", url, "--checkpoint", str(tmp_path / "ckpt"), "--once",
-                     "--master", "local[2]", timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    truth_file = sorted(tmp_path.glob("truth-*.json"))[-1]
-    verified = dirstream("verify", "--truth", str(truth_file), "--sink", url, "--only", "discovery")
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert f"discovery: {len(truth['discovery'])} requests, 0 differences" in verified.stdout

@@ -151,7 +151,7 @@ def test_broker_restarts_mid_stream_lose_and_duplicate_nothing(kafka_broker, bro
     job = _job(broker, url, ckpt, "--trigger", "1s", "--pec-name", "pec0")
     producer = subprocess.Popen(
         [os.path.join(os.path.dirname(os.sys.executable), "dirstream"), "produce", "simulate", "--bootstrap",
-         broker, "--seed", "21", "--count", "1500", "--rate", "100", "--corrupt", "0.01", "--truth", str(truth),
+         broker, "--seed", "21", "--count", "2500", "--rate", "80", "--corrupt", "0.01", "--truth", str(truth),
          "--kafka-option", "message.timeout.ms=300000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -173,7 +173,7 @@ def test_broker_restarts_mid_stream_lose_and_duplicate_nothing(kafka_broker, bro
         if job.poll() is None:
             job.kill()
     summary = json.loads(out)
-    assert summary["published"] == summary["delivered"] >= 1500           # corrupt copies come on top
+    assert summary["published"] == summary["delivered"] >= 2500           # corrupt copies come on top
     finish = _job(broker, url, ckpt, "--once", "--pec-name", "pec0")
     assert finish.wait(600) == 0, _output(finish)
     restarted = _tables(url)

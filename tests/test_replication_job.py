@@ -1,14 +1,14 @@
-"""The replication operator end to end: simulated traffic on the real broker, `dirstream run`, the
-authority responder answering the job's sync requests through Kafka, `dirstream verify`."""
+"""The replication and notification operators end to end on PostgreSQL, and the helpers the job
+tests share (the responder in a thread). The responder's heals through Kafka, SIGKILL and the
+outbound topic: tests/test_determinism.py."""
 import signal
 import subprocess
 import threading
 import time
 
-from conftest import consume_all, dirstream, simulate
+from conftest import dirstream, simulate
 from producers.kafka import KafkaSettings
 from producers.responder import run_responder
-from streaming.wire.envelope import decode_envelope
 from streaming.sinks import open_sink
 from streaming.wire.topics import OUTBOUND_TOPIC, TOPICS
 
@@ -79,42 +79,6 @@ def _tables_exist(url: str) -> bool:
 def stop(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGINT)              # Ctrl-C: stops after the current batch
     assert proc.wait(120) == 0, output(proc)[-5000:]
-
-
-def test_replicas_heal_through_the_responder(broker, tmp_path):
-    """Continuously, with the responder answering through Kafka. (SIGKILL and restart with the
-    responder's replies in Kafka: tests/test_determinism.py.)"""
-    summary, truth = simulate(broker, tmp_path, "--seed", "3", "--count", "5000", "--reorder", "0.1", "--duplicate",
-                              "0.05", "--drop", "0.05", "--nack", "0.01", "--corrupt", "0.01")
-    truth_file = next(tmp_path.glob("truth-*.json"))
-    assert truth["dropped"] and truth["duplicates"]
-    responder = Responder(broker, str(truth_file))
-    try:
-        straight = f"sqlite:///{tmp_path}/straight.db"
-        proc = job(broker, straight, tmp_path / "c_straight")
-        done = wait_until_verified(truth_file, straight, proc)
-        stop(proc)
-        assert "20 replicas, 0 differences" in done.stdout
-    finally:
-        responder.close()
-    assert responder.stats["sync_requests"] > 0
-
-    s = open_sink(straight)
-    out = s.query("SELECT message_id, operation, reason, destination, body FROM outbound_messages")
-    s.close()
-    kinds = {(r["operation"], r["reason"]) for r in out}
-    assert ("SyncRequest", "initial") in kinds and ("SyncRequest", "sync0") in kinds    # purged partitions
-    assert ("ChangeRequest", "forward") in kinds and ("ChangeReply", "reply") in kinds
-    # every outbound message is on the outbound topic, keyed by its destination, with its body
-    records = consume_all(broker, OUTBOUND_TOPIC)
-    published = {}
-    for rec in records:
-        env = decode_envelope(rec.value())
-        assert rec.key().decode() == env["destination_machine"]
-        published[env["message_id"]] = env
-    straight_ids = {r["message_id"] for r in out}
-    assert straight_ids <= set(published)
-    assert all(published[r["message_id"]]["body"].hex() == r["body"] for r in out)
 
 
 def test_queue_managers_verify_against_the_truth_on_postgresql(broker, tmp_path, pg_url):
