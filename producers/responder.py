@@ -9,7 +9,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from streaming.wire.envelope import decode_envelope, make_envelope
+from streaming.wire.envelope import decode_envelope, make_envelope, millis
 from streaming.wire import WireError, decode, encode, mqdsrp
 from streaming.wire.properties import Property
 from streaming.wire.propids import PROPIDS, propid
@@ -164,8 +164,7 @@ class Authorities:
     def _send(self, authority: str, dest: str, inner, request_envelope: dict) -> Answer:
         server = self.servers[authority]
         body = encode("mqdsrp", mqdsrp.new_message(server["site_id"], inner))
-        sent = request_envelope["arrival_time"]
-        sent_ms = int(sent.timestamp() * 1000) if hasattr(sent, "timestamp") else int(sent)
+        sent_ms = millis(request_envelope["arrival_time"])
         env = make_envelope("mqdsrp", body, source_machine=authority, destination_machine=dest,
                             destination_queue=f"DIRECT=OS:{dest}\\private$\\mqis_queue$", sent_time=sent_ms + 1,
                             sender_identifier_type="QueueManagerIdentifier", sender_identifier=server["machine_id"],
@@ -188,10 +187,9 @@ def latest_arrival_ms(settings, topic: str) -> int | None:
             msg = consumer.poll(5)
             if msg is not None and msg.error() is None:
                 try:
-                    arrival = decode_envelope(msg.value())["arrival_time"]
+                    ms = millis(decode_envelope(msg.value())["arrival_time"])
                 except ValueError:
                     continue
-                ms = int(arrival.timestamp() * 1000) if hasattr(arrival, "timestamp") else int(arrival)
                 latest = ms if latest is None else max(latest, ms)
     finally:
         consumer.close()
@@ -204,9 +202,7 @@ def arrives_at(envelope: dict, now_ms: int | None) -> None:
     since it sent the request, takes it in event-time order instead of dropping it as late."""
     if now_ms is None:
         return
-    arrival = envelope["arrival_time"]
-    ms = int(arrival.timestamp() * 1000) if hasattr(arrival, "timestamp") else int(arrival)
-    if ms <= now_ms:
+    if millis(envelope["arrival_time"]) <= now_ms:
         envelope["arrival_time"] = now_ms + 1
 
 

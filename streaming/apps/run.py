@@ -156,11 +156,9 @@ def _record_operator_progress(spark, job) -> None:
 
 def _records_to_read(opts: dict, sink_url: str, raw_checkpoint: str) -> int | None:
     """How many records of the raw topics the raw query has not read yet (for --once's progress bar)."""
-    import json
-
     from ..spark.kafka_offsets import EndOffsets
     from ..spark.kafka_source import client_conf
-    from ..spark.pipeline import checkpoint_query_id
+    from ..spark.pipeline import checkpoint_query_id, parse_end_offsets
     from ..sinks import open_sink
     try:
         topics = [t for t in opts.get("topics", "").split(",") if t] or None
@@ -175,9 +173,8 @@ def _records_to_read(opts: dict, sink_url: str, raw_checkpoint: str) -> int | No
             last = sink.last_progress(checkpoint_query_id(raw_checkpoint)) or {}
         finally:
             sink.close()
-        done = last.get("end_offsets") or {}
-        done = json.loads(done) if isinstance(done, str) else done
-        return sum(max(end - max(done.get(f"{t}[{p}]", 0), lows[(t, p)]), 0) for (t, p), end in ends.items())
+        done = parse_end_offsets(last.get("end_offsets"))
+        return sum(max(end - max(done.get(tp, 0), lows[tp]), 0) for tp, end in ends.items())
     except Exception:          # noqa: BLE001 -- the bar is informative: never fail the run for it
         return None
 

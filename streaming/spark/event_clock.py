@@ -21,7 +21,7 @@ import logging
 
 from confluent_kafka import Consumer, TopicPartition
 
-from ..wire.envelope import EnvelopeError, decode_envelope
+from ..wire.envelope import EnvelopeError, decode_envelope, millis
 from .kafka_offsets import EndOffsets
 
 log = logging.getLogger("dirstream.clock")
@@ -76,7 +76,7 @@ class ArrivalIndex:
                 self._arrivals.clear()
             value = self.value_at(tp, offset)
             try:
-                self._arrivals[key] = _millis(decode_envelope(value)["arrival_time"]) if value else None
+                self._arrivals[key] = millis(decode_envelope(value)["arrival_time"]) if value else None
             except EnvelopeError:
                 self._arrivals[key] = None
         return self._arrivals[key]
@@ -135,10 +135,12 @@ class EventClockGate:
         self.index, self.conf = index, conf
         self.progress_topic = progress_topic
         self.upstream = EndOffsets(conf, upstream_topics)
+        self.progress = EndOffsets(conf, [progress_topic])
         self.upstream_query_id = upstream_query_id      # another job's progress on the same topic is not ours
 
     def close(self) -> None:
         self.upstream.close()
+        self.progress.close()
 
     def gate_ms(self) -> int | None:
         """The arrival time through which the upstream query has processed its topics; None when it
@@ -161,12 +163,8 @@ class EventClockGate:
 
     def _last_progress(self) -> dict | None:
         """The upstream query's latest progress record (read backwards from the end, a chunk at a time)."""
-        ends = EndOffsets(self.conf, [self.progress_topic])
-        try:
-            (tp, end), = ends.ends().items()
-            low = ends.low(tp)
-        finally:
-            ends.close()
+        (tp, end), = self.progress.ends().items()
+        low = self.progress.low(tp)
         while end > low:
             start = max(low, end - PROGRESS_CHUNK)
             for value in reversed(self.index.values(tp, start, end)):
@@ -186,6 +184,3 @@ class EventClockGate:
             log.warning("unreadable progress record in %s (%s): skipped", self.progress_topic, exc)
         return None
 
-
-def _millis(value) -> int:
-    return int(value.timestamp() * 1000) if hasattr(value, "timestamp") else int(value)

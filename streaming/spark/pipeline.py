@@ -185,12 +185,8 @@ class BatchWriter:
 
     def _restore_ends(self, query_id: str) -> None:
         last = self.sink.last_progress(query_id)
-        if last and last.get("end_offsets"):
-            ends = last["end_offsets"]
-            ends = json.loads(ends) if isinstance(ends, str) else ends
-            for name, end in ends.items():
-                topic, _, part = name.rpartition("[")
-                self._ends[(topic, int(part.rstrip("]")))] = end
+        if last:
+            self._ends.update(parse_end_offsets(last.get("end_offsets")))
 
 
 DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
@@ -249,6 +245,18 @@ class _Slowed:
     def __call__(self, df, batch_id: int) -> None:
         time.sleep(self.seconds)
         self.writer(df, batch_id)
+
+
+def parse_end_offsets(value) -> dict[tuple[str, int], int]:
+    """pipeline_progress.end_offsets ({"topic[partition]": offset}, JSON text or a dict) by (topic, partition)."""
+    if not value:
+        return {}
+    ends = json.loads(value) if isinstance(value, str) else value
+    out = {}
+    for name, end in ends.items():
+        topic, _, part = name.rpartition("[")
+        out[(topic, int(part.rstrip("]")))] = end
+    return out
 
 
 def checkpoint_query_id(checkpoint: str) -> str:

@@ -99,8 +99,8 @@ def make_envelope(protocol: str, body: bytes, *, source_machine: str, destinatio
         "sender_identifier_type": sender_identifier_type, "sender_identifier": sender_identifier,
         "authentication_level": authentication_level, "hash_algorithm": hash_algorithm,
         "source_machine": source_machine, "destination_machine": destination_machine,
-        "destination_queue": destination_queue, "sent_time": _millis(sent_time),
-        "arrival_time": _millis(sent_time if arrival_time is None else arrival_time), "body": bytes(body),
+        "destination_queue": destination_queue, "sent_time": millis(sent_time),
+        "arrival_time": millis(sent_time if arrival_time is None else arrival_time), "body": bytes(body),
     }
 
 
@@ -112,7 +112,8 @@ def decode_envelope(data: bytes) -> dict:
     return unframe(data, "envelope")[1]
 
 
-def _millis(value: datetime | int) -> int:
+def millis(value: datetime | int) -> int:
+    """Milliseconds since 1970 of an envelope time (a decoded timestamp-millis datetime, or already an int)."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
