@@ -76,6 +76,8 @@ def cmd_simulate(args) -> int:
                     args.nack)
     sim = Simulator(args.seed, args.sites, args.bscs, args.qms, args.queues, faults, args.burst_rate,
                     op_interval_ms=_interval(args.op_interval_ms))
+    if args.pcap:
+        return _simulate_to_capture(sim, args)
     settings = settings_from(args)
     ensure_topics(settings, {t: args.partitions for t in TOPICS.values()})
     pub = publisher(args.client, settings)
@@ -93,6 +95,42 @@ def cmd_simulate(args) -> int:
                "duplicates": len(truth["duplicates"]), "truth": args.truth, "interrupted": stats.interrupted}
     print(json.dumps(summary))
     return EXIT_FAILED if stats.interrupted else 0
+
+
+def _simulate_to_capture(sim, args) -> int:
+    """The simulated traffic as a capture of MQQB sessions and MQSD datagrams, not published; the
+    truth names messages by the MSMQ message identifiers the capture carries."""
+    from .capture_writer import CaptureWriter
+    started = time.monotonic()
+    writer = CaptureWriter(args.pcap, seed=args.seed)
+    counts: dict[str, int] = {}
+    try:
+        for m in sim.messages(args.count):
+            writer.write(m.protocol, m.envelope)
+            counts[m.protocol] = counts.get(m.protocol, 0) + 1
+    finally:
+        writer.close()
+    truth = _renamed_messages(sim.truth(), writer.message_ids)
+    if args.truth:
+        with open(args.truth, "w") as fh:
+            json.dump(truth, fh, indent=1, sort_keys=True)
+    print(json.dumps({"written": sum(counts.values()), "per_protocol": counts, "capture": args.pcap,
+                      "packets": writer.packets, "tcp_sessions": len(writer.sessions),
+                      "seconds": round(time.monotonic() - started, 2), "truth": args.truth}))
+    return 0
+
+
+def _renamed_messages(truth: dict, ids: dict[str, str]) -> dict:
+    """The truth's message ids (the simulator's) as the capture's MessageIdentifiers ([MS-MQMQ] 2.2.18.1.3)."""
+    def rename(value):
+        if isinstance(value, dict):
+            return {k: ids.get(v, v) if k == "message_id" and isinstance(v, str) else rename(v)
+                    for k, v in value.items()}
+        if isinstance(value, list):
+            return [ids.get(v, v) if isinstance(v, str) else rename(v) for v in value]
+        return value
+    return {k: rename(v) if k in ("dead_letters", "discarded_notifications", "dropped", "duplicates", "nacks")
+            else v for k, v in truth.items()}
 
 
 def cmd_replay(args) -> int:
@@ -113,9 +151,48 @@ def cmd_replay(args) -> int:
         published = stats.total
     else:
         published = 0
-    print(json.dumps({"published": published, "skipped": len(replay.problems),
-                      "ignored_capture_packets": replay.ignored}))
+    print(json.dumps(_summary(published, replay)))
     return EXIT_FAILED if replay.problems else 0
+
+
+def _summary(published: int, replay) -> dict:
+    return {"published": published, "skipped": len(replay.problems), "ignored_capture_packets": replay.ignored,
+            "msmq_not_published": dict(sorted(replay.skipped.items()))}
+
+
+def cmd_capture(args) -> int:
+    """Live: MSMQ traffic on an interface, published as each message completes, until Ctrl-C."""
+    from .capture import live_capture
+    from .publish import publish_envelope
+    settings = settings_from(args)
+    ensure_topics(settings, {t: args.partitions for t in TOPICS.values()})
+    pub = publisher(args.client, settings)
+    reported = [0]
+
+    def publish(items) -> None:
+        for protocol, key, envelope in items:
+            publish_envelope(pub, protocol, key, envelope)
+
+    def report_problems(replay) -> None:
+        for problem in replay.problems[reported[0]:]:
+            print(f"skipped {problem}", file=sys.stderr, flush=True)
+        reported[0] = len(replay.problems)
+
+    try:
+        replay = live_capture(args.interface, args.bpf, publish, on_progress=report_problems,
+                              on_start=lambda: print(f"capturing on {args.interface}"
+                                                     + (f" ({args.bpf})" if args.bpf else "")
+                                                     + "; Ctrl-C stops", file=sys.stderr, flush=True))
+    except OSError as exc:
+        pub.close()
+        hint = ": capturing needs root or the CAP_NET_RAW capability (README)" \
+            if isinstance(exc, PermissionError) else ""
+        print(f"dirstream produce capture: cannot capture on {args.interface}: {exc}{hint}", file=sys.stderr)
+        return EXIT_FAILED
+    pub.close()
+    report_problems(replay)
+    print(json.dumps(_summary(replay.published, replay)))
+    return 0
 
 
 def cmd_respond(args) -> int:
@@ -153,6 +230,9 @@ def register(sub) -> None:
     sim.add_argument("--rate", type=float, help="messages per second at most")
     sim.add_argument("--partitions", type=int, default=4, help="partitions of topics created here")
     sim.add_argument("--truth", metavar="FILE", help="write the ground truth JSON here")
+    sim.add_argument("--pcap", metavar="FILE", help="write the traffic as a packet capture (MQQB sessions on TCP "
+                                                    "1801, MQSD on UDP 1801; .pcapng for pcapng) instead of "
+                                                    "publishing it; replay it with `produce replay FILE`")
     sim.add_argument("--burst-rate", type=float, default=0.002, help="chance per operation of a 100+ burst")
     sim.add_argument("--op-interval-ms", default="20-120",
                      help="simulated milliseconds between directory operations, MIN-MAX (default 20-120: a busy "
@@ -163,13 +243,23 @@ def register(sub) -> None:
     faults.add_argument("--reorder-window", type=int, default=8)
     sim.set_defaults(func=cmd_simulate)
 
-    replay = psub.add_parser("replay", help="publish recorded messages: JSON lines, hex lines, raw files, pcap")
+    replay = psub.add_parser("replay", help="publish recorded messages: JSON lines, hex lines, raw files, pcap or "
+                                            "pcapng captures (MQQB on TCP 1801, MQSD on UDP 1801)")
     add_kafka_arguments(replay)
     replay.add_argument("files", nargs="+")
     replay.add_argument("--protocol", choices=["mqcn", "mqdsrp", "mqsd"], help="for hex lines and raw files")
     replay.add_argument("--rate", type=float)
     replay.add_argument("--partitions", type=int, default=4)
     replay.set_defaults(func=cmd_replay)
+
+    capture = psub.add_parser("capture", help="publish the MSMQ traffic seen live on a network interface "
+                                              "(needs root or CAP_NET_RAW), until Ctrl-C")
+    add_kafka_arguments(capture)
+    capture.add_argument("--interface", required=True, help="the interface to capture on, e.g. eth0 or lo")
+    capture.add_argument("--bpf", metavar="FILTER", help="a capture filter in BPF syntax, e.g. 'tcp port 1801 or "
+                                                         "udp port 1801' (compiled with tcpdump)")
+    capture.add_argument("--partitions", type=int, default=4)
+    capture.set_defaults(func=cmd_capture)
 
     respond = psub.add_parser("respond", help="answer the job's sync requests as the object authorities")
     add_kafka_arguments(respond)
