@@ -56,7 +56,7 @@ def _comparable(env: dict) -> tuple:
 
 @pytest.mark.parametrize("suffix", [".pcap", ".pcapng"])
 def test_simulated_traffic_reads_back_from_a_capture_as_it_was_published(tmp_path, suffix):
-    sim, messages = simulated(seed=3, count=700)
+    sim, messages = simulated(seed=3, count=400)
     writer = write(tmp_path / f"sim{suffix}", messages, seed=3)
     out = Replay()
     read_capture(tmp_path / f"sim{suffix}", out)
@@ -146,7 +146,7 @@ def test_random_and_mutated_captures_only_ever_give_reported_problems(tmp_path):
     base = (tmp_path / "base.pcap").read_bytes()
     rng = random.Random(9)
     reported = 0
-    for case in range(30):
+    for case in range(20):
         data = bytearray(base)
         if case % 3 == 0:
             data = data[:rng.randrange(24, len(data))]
@@ -161,7 +161,7 @@ def test_random_and_mutated_captures_only_ever_give_reported_problems(tmp_path):
         read_capture(path, out)                      # never raises
         assert all(p.position and p.reason for p in out.problems)
         reported += bool(out.problems)
-    assert reported >= 10                            # the damage was seen, not silently swallowed
+    assert reported >= 7                            # the damage was seen, not silently swallowed
 
 
 def _write_stream(path, packets: list[bytes]) -> None:
