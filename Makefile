@@ -46,6 +46,7 @@ bench: setup
 	$(BIN)/python tests/bench/bench_codecs.py
 	$(BIN)/python tests/bench/bench_job.py
 	$(BIN)/python tests/bench/bench_replication.py
+	$(BIN)/python tests/bench/bench_whole_job.py
 
 # The whole job for 60 minutes at 2,000 msg/s on the embedded Kafka: CPU and memory once a minute.
 soak: setup

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import dirstream, free_port, simulate
 from streaming.sinks import open_sink
-from test_replication_job import job, output, stop
+from job_runs import job, output, stop
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 

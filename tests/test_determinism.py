@@ -19,7 +19,7 @@ from producers.kafka import KafkaSettings, ensure_topics
 from streaming.sinks import open_sink
 from streaming.wire.envelope import decode_envelope
 from streaming.wire.topics import TOPICS
-from test_replication_job import Responder
+from job_runs import Responder
 
 TABLES = ("directory_objects", "deleted_objects", "replication_partitions", "replication_servers",
           "pending_changes", "outbound_messages", "queue_managers", "qm_queues", "notifications",
@@ -143,21 +143,24 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path):
     assert _late_rows(slowed) == 0
 
     # one partition per topic (the same records, in the order they arrived), in one invocation of
-    # micro-batches of 500 records
+    # micro-batches of 1,500 records
     _repartition(broker, 1)
     single = f"sqlite:///{tmp_path}/single.db"
-    once(broker, single, tmp_path / "c_single", "--max-records", "500")
+    once(broker, single, tmp_path / "c_single", "--max-records", "1500")
     assert differences(dump(baseline, KAFKA_COORDINATES), dump(single, KAFKA_COORDINATES)) == []
     assert verified(truth_file, single, *CONVERGING).returncode == 0
 
 
-def test_once_is_complete_and_converges_with_the_responder_in_three_runs(broker, tmp_path):
+def test_once_is_complete_and_converges_with_the_responder_in_three_runs(broker, tmp_path, pg_url):
     """The issue's scenario: --once processes in one invocation what the replication query derives
     for the notification query; with the responder answering between runs, verify is clean by the
     third run at the latest. The traffic comes from a capture (issue 18): simulated as MQQB
-    sessions with split, reordered and retransmitted TCP segments, replayed, then processed."""
-    truth_file = _published_through_a_capture(broker, tmp_path, "--seed", "11", "--count", "800")
-    sink = f"sqlite:///{tmp_path}/once.db"
+    sessions with split, reordered and retransmitted TCP segments, replayed, then processed. The
+    sink is PostgreSQL (the other job tests write SQLite)."""
+    truth_file = _published_through_a_capture(broker, tmp_path, "--seed", "11", "--count", "800",
+                                               "--duplicate", "0.05", "--unauthenticated", "0.05",
+                                               "--burst-rate", "0.01")
+    sink = pg_url
     responder = Responder(broker, str(truth_file))
     try:
         for runs in range(1, 4):
@@ -174,7 +177,27 @@ def test_once_is_complete_and_converges_with_the_responder_in_three_runs(broker,
     assert done.returncode == 0, done.stdout[-3000:]
     assert "0 notifications unresolved" in done.stdout and _count(sink, "notifications") > 0
     assert _late_rows(sink) == 0
+    _every_query_and_outcome_is_there(sink)
     _verify_names_a_tampered_object(truth_file, sink)
+
+
+def _every_query_and_outcome_is_there(url: str) -> None:
+    """Every query's progress is recorded; MQCN applied v1 and v2 changes, discarded the
+    unauthenticated copies and refreshed after a burst."""
+    s = open_sink(url)
+    try:
+        outcomes = {r["outcome"] for r in s.query("SELECT DISTINCT outcome FROM notifications")}
+        refreshes = s.query("SELECT COUNT(*) AS n FROM notification_batches WHERE refresh_all")[0]["n"]
+        v2_applied = s.query("SELECT COUNT(*) AS n FROM notifications WHERE version = 2 AND outcome = 'applied'")[0]["n"]
+        per_query = {r["query_name"]: r for r in s.query(
+            "SELECT query_name, COUNT(*) AS batches, SUM(input_rows) AS rows_in, MAX(state_rows) AS state "
+            "FROM pipeline_progress GROUP BY query_name")}
+    finally:
+        s.close()
+    assert set(per_query) == {"dirstream", "dirstream-discovery", "dirstream-replication", "dirstream-notifications"}
+    assert all(q["batches"] > 0 for q in per_query.values())
+    assert per_query["dirstream-notifications"]["rows_in"] > 0 and per_query["dirstream-replication"]["state"] > 0
+    assert {"applied", "discarded"} <= outcomes and refreshes > 0 and v2_applied > 0
 
 
 def _published_through_a_capture(broker, tmp_path, *simulation) -> str:
@@ -195,14 +218,18 @@ def _published_through_a_capture(broker, tmp_path, *simulation) -> str:
 def _verify_names_a_tampered_object(truth_file, url: str) -> None:
     """`dirstream verify` fails and names the object when a replica differs from the truth."""
     import json
+    from streaming.sinks import as_bool
     s = open_sink(url)
-    victim = s.query("SELECT server, object_guid, properties FROM directory_objects WHERE object_type = 'queue' "
-                     "AND deleted = 0 LIMIT 1")[0]
-    props = json.loads(victim["properties"])
+    victim = next(r for r in s.query("SELECT server, object_guid, properties, deleted FROM directory_objects "
+                                     "WHERE object_type = 'queue' ORDER BY server, object_guid")
+                  if not as_bool(r["deleted"]))
+    props = victim["properties"] if isinstance(victim["properties"], dict) else json.loads(victim["properties"])
     props["PROPID_Q_LABEL"] = "tampered"
-    with s.conn.raw:
-        s.conn.raw.execute("UPDATE directory_objects SET properties = ? WHERE server = ? AND object_guid = ?",
-                           (json.dumps(props), victim["server"], victim["object_guid"]))
+    mark = s.placeholder
+    cur = s.conn.cursor()
+    cur.execute(f"UPDATE directory_objects SET properties = {mark} WHERE server = {mark} AND object_guid = {mark}",
+                (json.dumps(props), victim["server"], victim["object_guid"]))
+    s.conn.commit()
     s.close()
     done = verified(truth_file, url, "replication")
     assert done.returncode == 1

@@ -8,7 +8,7 @@ from infra.spark_standalone import StandaloneCluster
 
 
 def test_standalone_cluster_matches_local_mode(broker, tmp_path):
-    summary, _ = simulate(broker, tmp_path, "--seed", "17", "--count", "2000", "--corrupt", "0.01")
+    summary, _ = simulate(broker, tmp_path, "--seed", "17", "--count", "800", "--corrupt", "0.01")
     local = f"sqlite:///{tmp_path}/local.db"
     done = dirstream("run", "--bootstrap", broker, "--sink", local, "--checkpoint", str(tmp_path / "c_local"),
                      "--once", "--master", "local[2]", timeout=600)

@@ -1,0 +1,279 @@
+"""The whole job's speed, side by side with a plain Spark pipeline on the same data (issue 16).
+
+For each mix (the default; replication-heavy, about 7 changes per change propagation) it publishes
+the simulator's own traffic (not a pool repeated: the operators do real work) to a fresh embedded
+broker, then measures in one run on the same topics:
+  1. raw confluent-kafka consume;
+  2. the decode-only ceiling (envelope + body, every core, no Kafka, no Spark);
+  3. a plain Spark pipeline: the job's Kafka source and sink, a trivial transformWithStateInPandas
+     processor (a count per key, keyed as the operators are): Spark's stateful machinery alone;
+  4. the raw query alone (`dirstream run --once --topics ...`);
+  5. the whole job (`dirstream run --once`): overall (with start-up) and steady (first batch start to
+     last batch end), each query's share of the time;
+and prints 5/3, 5/2, the directory changes per second through the replication operator, the objects
+in its state, and the peak resident memory of the job's process tree. Spark's own Kafka connector
+(`format("kafka")`) is tried from Maven Central; when it is not served, the benchmark says so.
+
+Run: make bench   (or .venv/bin/python tests/bench/bench_whole_job.py --messages 300000)
+Figures, not a timed test; the targets are printed beside them.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench_job import raw_consume_rate  # noqa: E402
+
+from infra.broker import EmbeddedBroker  # noqa: E402
+from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics  # noqa: E402
+from producers.publish import publish_envelope  # noqa: E402
+from producers.simulator import Faults, Simulator  # noqa: E402
+from streaming.wire.topics import TOPICS  # noqa: E402
+
+MIXES = {"default": (20, 120), "replication-heavy": (100, 500)}
+TARGETS = {"job_msgs": 15_000, "job_vs_plain": 0.5, "changes": 30_000, "raw_vs_ceiling": 0.6}
+EXE = str(Path(sys.executable).parent / "dirstream")
+
+
+def publish(bootstrap: str, n: int, op_interval_ms: tuple[int, int], partitions: int = 4) -> dict:
+    """N messages of one simulated history, published once each; counts per protocol and the
+    directory changes the change propagations carry."""
+    from streaming.wire import decode
+    ensure_topics(KafkaSettings(bootstrap), {t: partitions for t in TOPICS.values()})
+    pub = ConfluentPublisher(KafkaSettings(bootstrap))
+    counts = {p: 0 for p in TOPICS}
+    changes = 0
+    values = {p: [] for p in TOPICS}
+    for m in Simulator(seed=5, faults=Faults(corrupt=0.002), op_interval_ms=op_interval_ms).messages(n):
+        publish_envelope(pub, m.protocol, m.key, m.envelope)
+        counts[m.protocol] += 1
+        if m.kind == "ChangePropagation":
+            changes += len(decode("mqdsrp", m.envelope["body"]).change_propagation.directory_changes)
+        if len(values[m.protocol]) < 20_000:
+            values[m.protocol].append(m.envelope)
+    pub.close()
+    return {"counts": counts, "changes": changes, "sample": values}
+
+
+def decode_ceiling(sample: dict, counts: dict) -> float:
+    """Messages per second that decoding alone allows for this mix on every core."""
+    from streaming.spark.decode import Decoder
+    from streaming.wire.envelope import encode_envelope
+    decoder, seconds = Decoder(), 0.0
+    total = sum(counts.values())
+    for protocol, envelopes in sample.items():
+        if not envelopes:
+            continue
+        values = [encode_envelope(e) for e in envelopes]
+        start = time.perf_counter()
+        for i, v in enumerate(values):
+            decoder.row(TOPICS[protocol], 0, i, None, b"k", v)
+        seconds += (time.perf_counter() - start) / len(values) * counts[protocol]
+    return (os.cpu_count() or 1) * total / seconds
+
+
+class TreeMemory(threading.Thread):
+    """Peak resident memory of a process and its descendants (the JVM, the Python workers)."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.done = pid, 0, False
+
+    def run(self) -> None:
+        while not self.done:
+            self.peak = max(self.peak, _tree_rss(self.pid))
+            time.sleep(0.5)
+
+
+def _tree_rss(root: int) -> int:
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            children.setdefault(int(fields[1]), []).append(int(entry))
+            rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total
+
+
+def run_job(bootstrap: str, workdir: Path, name: str, *extra) -> dict:
+    """`dirstream run --once` into a fresh sink; wall time, peak memory, per-query figures."""
+    sink = f"sqlite:///{workdir}/{name}.db"
+    started = time.perf_counter()
+    proc = subprocess.Popen([EXE, "run", "--once", "--bootstrap", bootstrap, "--sink", sink, "--checkpoint",
+                             str(workdir / f"ckpt-{name}"), "--master", "local[2]", "--pec-name", "pec0",
+                             "--log-format", "plain", "--log-file", str(workdir / f"{name}.log"), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    memory = TreeMemory(proc.pid)
+    memory.start()
+    out, _ = proc.communicate()
+    memory.done = True
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"dirstream run {name} failed:\n{out[-3000:]}")
+    from streaming.sinks import open_sink
+    s = open_sink(sink)
+    try:
+        per_query = s.query("SELECT query_name, COUNT(*) AS batches, SUM(input_rows) AS rows_in, "
+                            "SUM(duration_ms) AS busy_ms, MIN(started_at) AS first, MAX(finished_at) AS last "
+                            "FROM pipeline_progress GROUP BY query_name")
+        objects = s.query("SELECT COUNT(*) AS n FROM directory_objects")[0]["n"] if name == "job" else 0
+    finally:
+        s.close()
+    first = min(_seconds(q["first"]) for q in per_query)
+    last = max(_seconds(q["last"]) for q in per_query)
+    return {"wall_s": wall, "steady_s": last - first, "queries": per_query, "peak_rss": memory.peak,
+            "objects": objects}
+
+
+def _seconds(value) -> float:
+    from datetime import datetime
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.timestamp()
+
+
+def plain_pipeline(bootstrap: str, workdir: Path) -> dict:
+    """The job's source, keying and sink around a processor that only counts rows per key."""
+    code = f"""
+import json, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor
+from streaming.spark.kafka_source import decoded_stream
+from streaming.spark.pipeline import build_spark, source_options
+from streaming.spark.stateful import OUTPUT_DDL, TableWriter
+from streaming.sinks import open_sink
+import pandas as pd
+
+class CountProcessor(StatefulProcessor):
+    def init(self, handle):
+        self.count = handle.getValueState("count", "n long")
+    def handleInputRows(self, key, rows, timerValues):
+        n = (self.count.get() or (0,))[0]
+        for pdf in rows:
+            n += len(pdf)
+        self.count.update((n,))
+        yield pd.DataFrame({{"table_name": ["key_counts"], "payload": [json.dumps({{"key": key[0], "n": n}})]}})
+
+class CountWriter(TableWriter):
+    SIDE_TABLES = ("key_counts",)
+
+spark = build_spark("local[2]")
+url = "sqlite:///{workdir}/plain.db"
+open_sink(url).close()
+frame = (decoded_stream(spark, source_options({bootstrap!r}, max_records=200_000), "envelope").filter("ok")
+         .withWatermark("arrival_time", "10 seconds").select("state_key", "arrival_time")
+         .groupBy("state_key").transformWithStateInPandas(CountProcessor(), OUTPUT_DDL, "Append", "EventTime"))
+started = time.perf_counter()
+query = (frame.writeStream.queryName("plain").option("checkpointLocation", "{workdir}/ckpt-plain")
+         .foreachBatch(CountWriter(url, "plain", lambda line: None, label="plain")).trigger(availableNow=True).start())
+query.awaitTermination()
+print(json.dumps({{"seconds": time.perf_counter() - started,
+                   "rows": sum(p["numInputRows"] for p in query.recentProgress)}}))
+spark.stop()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    if done.returncode != 0:
+        raise RuntimeError(f"plain pipeline failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def spark_kafka_connector() -> str:
+    """Whether Maven Central serves Spark's own Kafka connector for the installed Spark."""
+    import pyspark
+    artifact = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+    try:
+        done = subprocess.run(["mvn", "-q", "dependency:get", f"-Dartifact={artifact}"], capture_output=True,
+                              text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{artifact}: could not ask Maven ({exc}); the format('kafka') pipeline is not run"
+    if done.returncode != 0:
+        return f"{artifact} is not served by Maven Central here: the format('kafka') pipeline is not run"
+    return f"{artifact} resolves; the format('kafka') pipeline is not written yet"
+
+
+def bench_mix(name: str, op_interval: tuple[int, int], messages: int) -> dict:
+    workdir = Path(tempfile.mkdtemp(prefix=f"dirstream-bench-{name}-"))
+    broker = EmbeddedBroker(workdir / "broker", port=19398)
+    broker.start()
+    try:
+        t = time.perf_counter()
+        pub = publish(broker.bootstrap, messages, op_interval)
+        total = sum(pub["counts"].values())
+        print(f"\n== mix {name} (ms between directory operations {op_interval}): {total:,} messages "
+              f"{pub['counts']}, {pub['changes']:,} directory changes, published in {time.perf_counter() - t:.0f} s")
+        raw = raw_consume_rate(broker.bootstrap, total)
+        ceiling = decode_ceiling(pub["sample"], pub["counts"])
+        plain = plain_pipeline(broker.bootstrap, workdir)
+        raw_query = run_job(broker.bootstrap, workdir, "raw", "--topics", ",".join(TOPICS.values()))
+        job = run_job(broker.bootstrap, workdir, "job")
+        return report(name, total, pub["changes"], raw, ceiling, plain, raw_query, job)
+    finally:
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def report(name, total, changes, raw, ceiling, plain, raw_query, job) -> dict:
+    plain_rate = plain["rows"] / plain["seconds"]
+    raw_steady = total / raw_query["steady_s"]
+    job_steady, job_overall = total / job["steady_s"], total / job["wall_s"]
+    print(f"1. raw confluent-kafka consume:      {raw:>10,.0f} msg/s")
+    print(f"2. decode-only ceiling ({os.cpu_count()} cores):     {ceiling:>10,.0f} msg/s")
+    print(f"3. plain Spark pipeline (count/key):  {plain_rate:>10,.0f} msg/s ({plain['rows']:,} rows, "
+          f"{plain['seconds']:.1f} s after start-up)")
+    print(f"4. raw query alone:                   {raw_steady:>10,.0f} msg/s steady, "
+          f"{total / raw_query['wall_s']:,.0f} overall; {raw_steady / ceiling:.2f} of the ceiling "
+          f"(target >= {TARGETS['raw_vs_ceiling']})")
+    print(f"5. whole job:                         {job_steady:>10,.0f} msg/s steady ({job['steady_s']:.1f} s), "
+          f"{job_overall:,.0f} overall ({job['wall_s']:.1f} s with start-up)")
+    for q in sorted(job["queries"], key=lambda q: -(q["busy_ms"] or 0)):
+        print(f"   {q['query_name']:<14} {q['batches']:>4} batches {q['rows_in'] or 0:>10,} rows "
+              f"{(q['busy_ms'] or 0) / 1000:>7.1f} s busy = {(q['busy_ms'] or 0) / 10 / job['steady_s']:.0f} % "
+              f"of the steady time")
+    replication = next((q for q in job["queries"] if q["query_name"] == "replication"), None)
+    change_rate = changes / ((replication["busy_ms"] or 1) / 1000) if replication else 0.0
+    print(f"ratios: 5/3 = {job_steady / plain_rate:.2f} (target >= {TARGETS['job_vs_plain']}), "
+          f"5/2 = {job_steady / ceiling:.2f}; whole job target {TARGETS['job_msgs']:,} msg/s: "
+          f"{'OK' if job_steady >= TARGETS['job_msgs'] else 'BELOW'}")
+    print(f"replication operator: {changes:,} changes in {(replication or {}).get('busy_ms', 0) / 1000:.1f} s "
+          f"busy = {change_rate:,.0f} changes/s (target {TARGETS['changes']:,}), {job['objects']:,} objects "
+          f"(rows of directory_objects) in its state")
+    print(f"peak resident memory of the job's processes: {job['peak_rss'] / 2**20:,.0f} MiB "
+          f"(raw query alone: {raw_query['peak_rss'] / 2**20:,.0f} MiB)")
+    return {"mix": name, "job_steady": job_steady, "plain": plain_rate, "ceiling": ceiling}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=300_000, help="per mix (default 300,000)")
+    parser.add_argument("--mix", choices=sorted(MIXES), action="append", help="default: both")
+    args = parser.parse_args()
+    print(spark_kafka_connector())
+    for name in args.mix or list(MIXES):
+        bench_mix(name, MIXES[name], args.messages)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

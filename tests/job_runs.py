@@ -1,0 +1,52 @@
+"""Helpers the job tests share: the responder in a thread, a continuous job in the background.
+The operators end to end (the responder's heals through Kafka, SIGKILL, the outbound topic,
+PostgreSQL): tests/test_determinism.py."""
+import signal
+import subprocess
+import threading
+import time
+
+from producers.kafka import KafkaSettings
+from producers.responder import run_responder
+from streaming.wire.topics import OUTBOUND_TOPIC, TOPICS
+
+
+class Responder:
+    """`dirstream produce respond` in a thread: the object authorities of the simulated enterprise."""
+
+    def __init__(self, bootstrap: str, truth_path: str):
+        self.stop = threading.Event()
+        self.stats = {}
+        self.thread = threading.Thread(target=self._run, args=(bootstrap, truth_path), daemon=True)
+        self.thread.start()
+
+    def _run(self, bootstrap, truth_path):
+        self.stats = run_responder(KafkaSettings(bootstrap), truth_path, outbound_topic=OUTBOUND_TOPIC,
+                                   raw_topic=TOPICS["mqdsrp"], stop=self.stop.is_set)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(30)
+
+
+def job(broker, sink, ckpt, *extra) -> subprocess.Popen:
+    import shutil
+    import sys
+    from pathlib import Path
+    exe = shutil.which("dirstream", path=str(Path(sys.executable).parent))
+    log = open(f"{ckpt}-{time.monotonic_ns()}.log", "w")     # a file: a long run's output would fill a pipe
+    proc = subprocess.Popen([exe, "run", "--bootstrap", broker, "--sink", sink, "--checkpoint", str(ckpt),
+                             "--master", "local[2]", "--trigger", "1s", "--pec-name", "pec0", *extra],
+                            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc.log_path = log.name
+    return proc
+
+
+def output(proc) -> str:
+    with open(proc.log_path) as fh:
+        return fh.read()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)              # Ctrl-C: stops after the current batch
+    assert proc.wait(120) == 0, output(proc)[-5000:]
