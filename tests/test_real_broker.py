@@ -141,7 +141,7 @@ def _terminate(proc) -> None:
 
 
 def test_broker_restarts_mid_stream_lose_and_duplicate_nothing(kafka_broker, broker, tmp_path):
-    """While a producer publishes, the broker is unreachable for 10 s with the job running, then
+    """While a producer publishes, the broker is unreachable for 20 s with the job running, then
     restarted on its log directories with the job stopped. The job waits (its source retries for up
     to 180 s) and resumes on its own; the producer retries until every record is confirmed, once.
     The sink then equals an uninterrupted run's over the same topics."""
@@ -156,8 +156,8 @@ def test_broker_restarts_mid_stream_lose_and_duplicate_nothing(kafka_broker, bro
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_rows(url, 300, timeout=180)
-        kafka_broker.stop()                                        # unreachable for 10 s, the job running
-        time.sleep(10)
+        kafka_broker.stop()                                        # unreachable for 20 s, the job running
+        time.sleep(20)
         kafka_broker.start()
         read_before = sink_totals(url)["rows"]
         _wait_for_rows(url, read_before + 200, timeout=120)        # resumed on its own

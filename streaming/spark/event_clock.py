@@ -135,12 +135,10 @@ class EventClockGate:
         self.index, self.conf = index, conf
         self.progress_topic = progress_topic
         self.upstream = EndOffsets(conf, upstream_topics)
-        self.progress = EndOffsets(conf, [progress_topic])
         self.upstream_query_id = upstream_query_id      # another job's progress on the same topic is not ours
 
     def close(self) -> None:
         self.upstream.close()
-        self.progress.close()
 
     def gate_ms(self) -> int | None:
         """The arrival time through which the upstream query has processed its topics; None when it
@@ -163,8 +161,12 @@ class EventClockGate:
 
     def _last_progress(self) -> dict | None:
         """The upstream query's latest progress record (read backwards from the end, a chunk at a time)."""
-        (tp, end), = self.progress.ends().items()
-        low = self.progress.low(tp)
+        ends = EndOffsets(self.conf, [self.progress_topic])
+        try:
+            (tp, end), = ends.ends().items()
+            low = ends.low(tp)
+        finally:
+            ends.close()
         while end > low:
             start = max(low, end - PROGRESS_CHUNK)
             for value in reversed(self.index.values(tp, start, end)):
