@@ -57,7 +57,7 @@ def advance(load, ready: list[Row], watermark_ms: int):
                 if i in bad_rows:
                     continue
                 step, qm.current = None, None
-                qm.on_timer(row.event_ms - 1)
+                qm.on_timer(row.event_ms - 1, forget=False)
                 step = i
                 apply_row(qm, row, bad_pending)
             step, qm.current = None, None

@@ -208,10 +208,12 @@ class QueueManager:
         due = [t for t in (self.s.timer_ms, self._next_unresolved_deadline()) if t is not None]
         return min(due) if due else None
 
-    def on_timer(self, now_ms: int) -> None:
+    def on_timer(self, now_ms: int, forget: bool = True) -> None:
         """Fire every timer due by now_ms, in event-time order. A batch holds the notifications that
         arrived before its timer fired; later ones (a micro-batch can bring them together) start the
-        next window as if they had arrived after it. Then forget what no later read can need."""
+        next window as if they had arrived after it. Then forget what no later read can need (skipped
+        with forget=False: forgetting never changes what a read returns, only memory, and it walks the
+        whole directory, so the input order calls it once per micro-batch, not before every row)."""
         while True:
             deadline = self._next_unresolved_deadline()
             batch_due = self.s.timer_ms is not None and self.s.timer_ms <= now_ms
@@ -228,7 +230,8 @@ class QueueManager:
                     self._arm(n)
             else:
                 break
-        self.forget_versions(now_ms)
+        if forget:
+            self.forget_versions(now_ms)
 
     def _arm(self, n: Notification) -> None:
         """Note <3>: a notification that finds no timer running arms one."""
