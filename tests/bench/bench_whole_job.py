@@ -251,7 +251,7 @@ def report(name, total, changes, raw, ceiling, plain, raw_query, job) -> dict:
         print(f"   {q['query_name']:<14} {q['batches']:>4} batches {q['rows_in'] or 0:>10,} rows "
               f"{(q['busy_ms'] or 0) / 1000:>7.1f} s busy = {(q['busy_ms'] or 0) / 10 / job['steady_s']:.0f} % "
               f"of the steady time")
-    replication = next((q for q in job["queries"] if q["query_name"] == "replication"), None)
+    replication = next((q for q in job["queries"] if q["query_name"].endswith("replication")), None)
     change_rate = changes / ((replication["busy_ms"] or 1) / 1000) if replication else 0.0
     print(f"ratios: 5/3 = {job_steady / plain_rate:.2f} (target >= {TARGETS['job_vs_plain']}), "
           f"5/2 = {job_steady / ceiling:.2f}; whole job target {TARGETS['job_msgs']:,} msg/s: "
