@@ -140,7 +140,7 @@ def envelope_of(seen: Seen, names: MachineNames) -> tuple[str, str, dict] | str:
 class Flow:
     """One direction of a TCP connection on port 1801: bytes in order, then MQQB packets."""
 
-    def __init__(self, key: tuple, initiator: bool | None):
+    def __init__(self, key: tuple, initiator: bool):
         self.key = key                          # (src, sport, dst, dport)
         self.tcp = Direction()
         self.packets: mqqb.PacketStream | None = None
@@ -214,8 +214,7 @@ class CaptureDecoder:
                 self.on_seen(Seen(packet, src, dst, ts_ms, at))
             else:
                 if isinstance(packet, mqqb.EstablishConnection):
-                    initiator = flow.initiator if flow.initiator is not None else True
-                    self.names.learn_connection(packet, *((src, dst) if initiator else (dst, src)))
+                    self.names.learn_connection(packet, *((src, dst) if flow.initiator else (dst, src)))
                 self.out.skipped[f"MQQB {type(packet).__name__}"] += 1
 
 

@@ -179,12 +179,11 @@ class _Session:
         self.client_seq += 1
         self.server_seq += 1
         w.tcp(self, client=True, seq=self.client_seq, flags="A", at_ms=t)
-        request = mqqb.EstablishConnection(client_guid=client_guid, server_guid=server_guid, timestamp=at_ms & 0xFFFFFFFF,
-                                           operating_system=0x1000 | 0x0200)
-        self.send(w, True, mqqb.encode(request), t + 1)
-        response = mqqb.EstablishConnection(client_guid=client_guid, server_guid=server_guid,
-                                            timestamp=at_ms & 0xFFFFFFFF, operating_system=0x1000 | 0x0200)
-        self.send(w, False, mqqb.encode(response), t + 1)
+        # MS-MQQB 2.2.3.1: the acceptor's response repeats the request's GUIDs and time stamp
+        establish = mqqb.encode(mqqb.EstablishConnection(client_guid=client_guid, server_guid=server_guid,
+                                                         timestamp=at_ms & 0xFFFFFFFF, operating_system=0x1000 | 0x0200))
+        self.send(w, True, establish, t + 1)
+        self.send(w, False, establish, t + 1)
         params = mqqb.ConnectionParameters(recoverable_ack_timeout=500, ack_timeout=20000, window_size=64)
         self.send(w, True, mqqb.encode(params), t + 2)
         self.send(w, False, mqqb.encode(params), t + 2)
