@@ -6,11 +6,12 @@ job and `dirstream produce respond` do it through Kafka. Rows are kept like the 
 them: the last row per table key wins.
 """
 import itertools
+import json
 from datetime import datetime
 
 from producers.responder import Authorities
 from streaming.wire.envelope import make_envelope
-from streaming.operators.notification_rows import directory_version
+from streaming.operators.notification_rows import FirstArrivals, version_record
 from streaming.operators.notification_rows import step_rows as qm_rows
 from streaming.operators.notification_input import Row, advance, directory_row, split
 from streaming.operators.notifications import QMState, QueueManager, Settings, queue_manager_of
@@ -38,7 +39,8 @@ def arrival_ms(envelope: dict) -> int:
 
 class OfflineJob:
     def __init__(self, truth: dict | None = None, pec_name: str | None = None, cn_settings: Settings | None = None,
-                 watermark_delay_ms: int = 10_000):
+                 watermark_delay_ms: int = 10_000, first_arrivals: bool = False):
+        self.first_arrivals = FirstArrivals() if first_arrivals else None   # as the job publishes them
         self.states: dict[str, tuple[ServerState, DictBackend]] = {}
         self.qms: dict[str, QMState] = {}
         self.cn_settings = cn_settings or Settings()
@@ -51,6 +53,7 @@ class OfflineJob:
         self.outbound: list[dict] = []
         self.held: dict[str, list[Row]] = {}          # queue manager -> rows the clock has not passed yet
         self.offsets = itertools.count()
+        self.versions_published = 0
 
     def replica(self, server: str) -> Replica:
         state, backend = self.states.setdefault(server, (ServerState(server), DictBackend()))
@@ -112,17 +115,20 @@ class OfflineJob:
 
     def _collect(self, r: Replica) -> None:
         r.store.flush()
+        versions = []
         for table, row in step_rows(r, r.s.now_ms):
             if table != "object_versions":
                 key = tuple(row[c] for c in TABLES[table].key)
                 self.tables.setdefault(table, {})[key] = row
-            if table == "object_versions":          # what the job publishes for the MQCN operator
-                routed = directory_version(row)
-                if routed:
-                    self.held.setdefault(routed[0], []).append(directory_row(row))
+            elif version_record(row):               # what the job publishes for the MQCN operator
+                versions.append(version_record(row))
             if table == "outbound_messages":
                 self.outbound.append(row)
                 self._answer(row)
+        for record in self.first_arrivals.select(versions) if self.first_arrivals else versions:
+            self.versions_published += 1
+            self.held.setdefault(record.owner, []).append(directory_row(json.loads(record.text),
+                                                                        record.text.encode()))
 
     def _answer(self, row: dict) -> None:
         if self.authorities is None or row["operation"] not in ("SyncRequest", "ChangeRequest"):

@@ -122,8 +122,8 @@ def test_a_quiet_directory_processes_each_notification_after_one_minute():
 
 
 # ---------------------------------------------------------------- the same tables whatever the micro-batches
-def _tables_after(envelopes: list[dict], cuts: list[int]) -> dict:
-    job = OfflineJob(pec_name="pec0")
+def _tables_after(envelopes: list[dict], cuts: list[int], first_arrivals: bool = False) -> dict:
+    job = OfflineJob(pec_name="pec0", first_arrivals=first_arrivals)
     bounds = [0] + sorted(set(cuts)) + [len(envelopes)]
     for lo, hi in zip(bounds, bounds[1:]):
         if hi > lo:
@@ -147,3 +147,84 @@ def test_the_same_traffic_in_random_micro_batches_gives_the_same_tables(seed):
     assert _tables_after(envelopes, rng.sample(range(1, len(envelopes)), rng.randint(2, 60))) == whole
     if seed < 2:
         assert _tables_after(envelopes, list(range(1, len(envelopes)))) == whole
+
+
+# ---------------------------------------------------------------- the MQCN operator needs only first arrivals
+MQCN_TABLES = ("queue_managers", "qm_queues", "notifications", "notification_batches")
+
+
+def _mqcn_tables(envelopes, truth, cuts, first_arrivals: bool) -> tuple[dict, int]:
+    job = OfflineJob(truth, pec_name="pec0", first_arrivals=first_arrivals)
+    bounds = [0] + sorted(set(cuts)) + [len(envelopes)]
+    for lo, hi in zip(bounds, bounds[1:]):
+        if hi > lo:
+            job.feed(envelopes[lo:hi])
+            job.run_until_quiet()
+    end = job.max_event_ms + 3_600_000                 # the quiet hour after the run
+    job.fire_timers(end)
+    job.fire_qm_timers(end)
+    return {t: job.tables.get(t) for t in MQCN_TABLES}, job.versions_published
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_first_arrival_of_each_version_gives_the_mqcn_operator_the_same_tables(seed):
+    """Issue 28: the replication writer passes the MQCN operator only the first arrival of each
+    version across the replicas (FirstArrivals). Against every version, over random traffic with
+    every fault, sync heals from the authorities and random micro-batches: every MQCN table is the
+    same, and far fewer versions travel."""
+    import random
+    rng = random.Random(seed)
+    envelopes, truth = run(60 + seed, 1200, reorder=0.1, duplicate=0.05, drop=0.03 * (seed % 3), nack=0.01,
+                           corrupt=0.01, unauthenticated=0.05)
+    cuts = rng.sample(range(1, len(envelopes)), rng.randint(1, 40))
+    every, published_every = _mqcn_tables(envelopes, truth, cuts, first_arrivals=False)
+    first, published_first = _mqcn_tables(envelopes, truth, cuts, first_arrivals=True)
+    assert every["notifications"] and every["qm_queues"]
+    assert first == every
+    assert published_first < 0.7 * published_every
+
+
+def test_first_arrivals_pass_an_earlier_or_different_copy_and_machines_without_a_quota():
+    from streaming.operators.notification_rows import FirstArrivals, version_record
+
+    def row(server, t, seq="0000000000000005", props=None, object_type="queue"):
+        props = props if props is not None else {"PROPID_Q_QUOTA": 1, "PROPID_Q_QMID": "q"}
+        return version_record({"server": server, "object_guid": "g", "partition_id": "p", "object_type": object_type,
+                               "path_name": "m\\q", "seq_number": seq, "deleted": False, "properties": props,
+                               "updated_at": f"2026-01-01T00:00:{t:02d}.000+00:00"})
+    f = FirstArrivals()
+    assert f.select([row("b", 20), row("a", 10)]) == [row("a", 10)]          # the earliest copy only
+    assert f.select([row("c", 30)]) == []                                     # a later copy: nothing new
+    assert f.select([row("d", 5)]) == [row("d", 5)]                           # an earlier one: passed
+    assert f.select([row("e", 40, props={"PROPID_Q_QUOTA": 2, "PROPID_Q_QMID": "q"})]) != []   # other content
+    assert f.select([row("f", 41, seq="0000000000000006")]) != []             # another version: passed
+    machine = row("a", 10, object_type="machine", props={"PROPID_QM_PATHNAME": "m"})
+    assert f.select([machine]) and f.select([row("b", 10, object_type="machine", props={"PROPID_QM_PATHNAME": "m"})])
+    small = FirstArrivals(capacity=2)
+    for seq in ("01", "02", "03"):
+        small.select([row("a", 10, seq=seq)])
+    assert small.select([row("b", 20, seq="01")]) != [] and small.select([row("b", 20, seq="03")]) == []
+
+
+def test_a_published_version_is_its_directory_objects_row_as_json():
+    """The replication operator writes the published text itself (no parse and re-dump on the driver):
+    it must be exactly the row's JSON, which the MQCN operator orders same-time versions by."""
+    import json
+    from streaming.operators.notification_rows import version_record
+    envelopes, truth = run(3, 1500, reorder=0.1, drop=0.05)
+    job = OfflineJob(truth, pec_name="pec0")
+    seen = []
+    collect = job._collect
+
+    def spy(r):
+        from streaming.operators.replication_rows import version_rows
+        seen.extend(row for _t, row in version_rows(r))
+        collect(r)
+    job._collect = spy
+    feed(job, envelopes, 500)
+    records = [(row, version_record(row)) for row in seen]
+    assert len([rec for _row, rec in records if rec]) > 1000
+    for row, rec in records:
+        assert (rec is None) == (row["object_type"] not in ("queue", "machine"))
+        if rec:
+            assert rec.text == json.dumps(row) and json.loads(rec.text) == row

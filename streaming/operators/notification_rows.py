@@ -3,7 +3,10 @@ operator's object rows give the MQCN operator.
 
 Tables (README): queue_managers, qm_queues, notifications, notification_batches.
 """
+import hashlib
+import json
 from datetime import datetime
+from typing import NamedTuple
 
 from .notifications import QueueManager, Version
 from .replication_rows import ts
@@ -44,14 +47,18 @@ def step_rows(qm: QueueManager) -> list[tuple[str, dict]]:
     return rows
 
 
+def version_owner(row: dict) -> str | None:
+    """The queue manager a directory_objects row of a queue or machine belongs to (else None)."""
+    if row["object_type"] == "queue":
+        return row["properties"].get("PROPID_Q_QMID")
+    if row["object_type"] == "machine":
+        return row["object_guid"]
+    return None
+
+
 def directory_version(row: dict) -> tuple[str, str, Version] | None:
     """(queue manager GUID, object GUID, version) for a directory_objects row of a queue or machine."""
-    if row["object_type"] == "queue":
-        owner = row["properties"].get("PROPID_Q_QMID")
-    elif row["object_type"] == "machine":
-        owner = row["object_guid"]
-    else:
-        return None
+    owner = version_owner(row)
     if not owner:
         return None
     return owner, row["object_guid"], Version(version_event_ms(row), row["server"], int(row["seq_number"], 16),
@@ -61,3 +68,71 @@ def directory_version(row: dict) -> tuple[str, str, Version] | None:
 def version_event_ms(row: dict) -> int:
     updated = row["updated_at"]
     return int((updated if isinstance(updated, datetime) else datetime.fromisoformat(updated)).timestamp() * 1000)
+
+
+class VersionRecord(NamedTuple):
+    """A directory version as the replication query publishes it for the MQCN operator."""
+    owner: str                  # the owning queue manager's GUID: the record's key
+    first_key: str              # what FirstArrivals compares ("": always passed on)
+    event_ms: int
+    text: str                   # the record's value: the directory_objects row as JSON
+
+    def encode(self) -> str:
+        """One line for the trip from the operator to the writer (JSON text has no raw tab)."""
+        return f"{self.owner}\t{self.first_key}\t{self.event_ms}\t{self.text}"
+
+    @classmethod
+    def decode(cls, line: str) -> "VersionRecord":
+        owner, key, ms, text = line.split("\t", 3)
+        return cls(owner, key, int(ms), text)
+
+
+def version_record(row: dict) -> VersionRecord | None:
+    """The published form of an object_versions row of a queue or machine with an owner (else None).
+    The text is exactly json.dumps(row); the key digests everything but the replica and the time."""
+    owner = version_owner(row)
+    if not owner:
+        return None
+    content = {k: v for k, v in row.items() if k not in ("server", "updated_at")}
+    middle = json.dumps(content, default=str)
+    text = (f'{{"server": {json.dumps(row["server"])}, {middle[1:-1]}, "updated_at": '
+            f'{json.dumps(row["updated_at"], default=str)}}}')
+    quota_unknown = row["object_type"] == "machine" and row["properties"].get("PROPID_QM_QUOTA") is None
+    first_key = "" if quota_unknown else hashlib.blake2b(middle.encode(), digest_size=16).hexdigest()
+    return VersionRecord(owner, first_key, version_event_ms(row), text)
+
+
+class FirstArrivals:
+    """Which directory versions the MQCN operator needs (issue 28): every replica reports every
+    change it applies, so each version of a queue or machine object comes once per replica. A read
+    takes, of the versions dated at or before its time, the one with the highest sequence number,
+    and a later copy of a version with the same content changes no read, no late correction
+    (QueueManager._corrects wants a higher sequence number) and no first-version lookup (it takes the
+    earliest): such a copy is not passed on. A copy that is earlier than every one passed so far, or
+    differs in content, is. A machine version that does not set the quota is always passed: until the
+    queue manager knows its quota, each version of its machine object is applied
+    (QueueManager.directory_object).
+
+    The memory is bounded (the oldest entries are forgotten first): forgetting only lets more copies
+    through, which the operator takes as it always did, so what it computes is the same."""
+
+    def __init__(self, capacity: int = 500_000):
+        self.capacity = capacity
+        self._earliest: dict[str, int] = {}
+
+    def keep(self, first_key: str, event_ms: int) -> bool:
+        if not first_key:
+            return True
+        earliest = self._earliest.get(first_key)
+        if earliest is not None and earliest <= event_ms:
+            return False
+        self._earliest.pop(first_key, None)
+        self._earliest[first_key] = event_ms
+        while len(self._earliest) > self.capacity:
+            del self._earliest[next(iter(self._earliest))]
+        return True
+
+    def select(self, records: list[VersionRecord]) -> list[VersionRecord]:
+        """The records to pass on, in event-time order (so that a batch's earliest copy is the one kept)."""
+        timed = sorted(range(len(records)), key=lambda i: (records[i].event_ms, i))
+        return [records[i] for i in timed if self.keep(records[i].first_key, records[i].event_ms)]

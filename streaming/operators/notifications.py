@@ -28,6 +28,7 @@ queue manager for MESSAGE_ID_HISTORY_MS after a message id was last seen (MQQB n
 cleanup timer's default is 30 minutes); a copy is recorded as `duplicate` (update_index -1 for the
 first copy, -2 for the second, ...) and neither counted towards a batch nor applied.
 """
+import bisect
 from dataclasses import dataclass, field
 
 from ..wire.guid import GUID_NULL
@@ -463,9 +464,8 @@ class QueueManager:
     # ------------------------------------------------------------ the directory (Read Directory)
     def directory_object(self, guid: str, version: Version) -> None:
         """A replica's version of one of this queue manager's queues or of its machine object."""
-        versions = self.s.directory.setdefault(guid, [])
-        versions.append(version)
-        versions.sort(key=lambda v: (v.event_ms, recency(v)))
+        # kept in (event time, recency) order: inserted after equal keys, as a stable sort would
+        bisect.insort_right(self.s.directory.setdefault(guid, []), version, key=_version_order)
         if guid == self.s.machine_id and self.s.quota is None and version.object_type == "machine":
             # [INFERENCE] A queue manager knows its own attributes before any notification changes
             # them (it registered its machine object itself): taken from the directory until then.
@@ -625,6 +625,10 @@ def recency(v: Version) -> tuple:
     The replica's name breaks what is left of a tie (replicas at the same change and time may differ
     in what they held), so the choice never depends on the order the versions arrived in."""
     return v.seq_number, v.event_ms, v.deleted, v.server
+
+
+def _version_order(v: Version) -> tuple:
+    return v.event_ms, recency(v)
 
 
 def _corrects(v: Version, read_ms: int | None, read_seq: int | None) -> bool:

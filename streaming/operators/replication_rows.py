@@ -67,9 +67,8 @@ def version_rows(r: Replica) -> list:
     not fold an object's versions into its last one, or the result would depend on the batching."""
     rows = []
     for guid, obj, removed, at in r.store.take_versions():
-        row = _object_row(r, guid, obj, removed, at)
-        if row["object_type"] in NOTIFIED_TYPES:
-            rows.append(("object_versions", row))
+        if OBJECT_TYPE_NAMES.get(obj.object_type) in NOTIFIED_TYPES:
+            rows.append(("object_versions", _object_row(r, guid, obj, removed, at)))
     return rows
 
 

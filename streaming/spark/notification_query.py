@@ -30,7 +30,6 @@ from ..operators.notifications import QMState, QueueManager, Settings
 WATERMARK_DELAY = "10 seconds"
 CLOCK_KEY = "~clock"
 STAGE = "operator:notifications"
-NEVER_LATE = "2200-01-01 00:00:00"          # (pandas ns timestamps end in 2262) the directory versions' event-time column (see module doc)
 
 
 class NotificationProcessor(StatefulProcessor):
@@ -120,23 +119,25 @@ def notification_stream(spark, opts: dict, settings: Settings):
     from .decode import PLAIN
     from .kafka_source import decoded_stream
     source = decoded_stream(spark, opts, "envelope").filter("ok")
-    traffic = (source.filter(F.col("protocol") != PLAIN)
-               .withColumn("qm_key", F.coalesce(
-                   F.nullif(F.lower(F.regexp_extract("destination_queue", r"(?i)^PRIVATE=\{?([0-9a-f-]{36})", 1)),
-                            F.lit("")), F.col("destination_machine")))
-               .withColumn("event_time", F.col("arrival_time"))
-               .withColumn("event_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
-               .withColumn("kind", F.col("protocol"))
-               # MQSD rows only move the clock; they go to one key that ignores them
-               .withColumn("qm_key", F.when(F.col("kind") == "mqsd", F.lit(CLOCK_KEY)).otherwise(F.col("qm_key")))
-               .withWatermark("event_time", WATERMARK_DELAY))
+    # One scan of the source (a filter into two branches and a union read every record twice). The
+    # directory versions carry no event time (null): Spark's watermark takes the maximum of the
+    # event times it sees and never drops a row whose event time is null, so the versions neither
+    # move the clock nor are ever late (see module doc); their own time is event_ms.
+    version = F.col("protocol") == PLAIN
     updated = F.to_timestamp(F.get_json_object(F.col("body").cast("string"), "$.updated_at"))
-    objects = (source.filter(F.col("protocol") == PLAIN)
-               .withColumn("qm_key", F.col("key"))
-               .withColumn("event_time", F.to_timestamp(F.lit(NEVER_LATE)))
-               .withColumn("event_ms", (F.unix_micros(updated) / 1000).cast("long"))
-               .withColumn("kind", F.lit(DIRECTORY)))
-    return (traffic.select(*COLUMNS).unionByName(objects.select(*COLUMNS))
+    qm_of_queue = F.nullif(F.lower(F.regexp_extract("destination_queue", r"(?i)^PRIVATE=\{?([0-9a-f-]{36})", 1)),
+                           F.lit(""))
+    rows = (source
+            .withColumn("kind", F.when(version, F.lit(DIRECTORY)).otherwise(F.col("protocol")))
+            # MQSD rows only move the clock; they go to one key that ignores them
+            .withColumn("qm_key", F.when(version, F.col("key"))
+                        .when(F.col("kind") == "mqsd", F.lit(CLOCK_KEY))
+                        .otherwise(F.coalesce(qm_of_queue, F.col("destination_machine"))))
+            .withColumn("event_time", F.when(~version, F.col("arrival_time")))
+            .withColumn("event_ms", (F.unix_micros(F.when(version, updated).otherwise(F.col("arrival_time")))
+                                     / 1000).cast("long"))
+            .withWatermark("event_time", WATERMARK_DELAY))
+    return (rows.select(*COLUMNS)
             .groupBy("qm_key")
             .transformWithStateInPandas(NotificationProcessor(settings), OUTPUT_DDL, "Append", "EventTime"))
 

@@ -17,6 +17,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from .stateful import (OUTPUT_DDL, TableWriter, apply_guarded, dead_letter, raise_if_poison, replace_timers,
                        timer_dead_letter)
+from ..operators.notification_rows import FirstArrivals, VersionRecord, version_record
 from ..operators.replica_store import ObjectStore
 from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
 from ..operators.replication_rows import step_rows
@@ -25,6 +26,7 @@ from ..wire import WireError, decode
 WATERMARK_DELAY = "10 seconds"
 OUTBOUND_CONFIRM_S = 240
 STAGE = "operator:replication"
+VERSIONS = "object_versions"                # the pseudo-table of directory versions (published, not a sink table)
 
 
 class MapStateBackend:
@@ -95,7 +97,17 @@ class ReplicationProcessor(StatefulProcessor):
 
 
 def _frame(rows: list[tuple[str, dict]]) -> pd.DataFrame:
-    return pd.DataFrame([(t, json.dumps(p)) for t, p in rows], columns=["table_name", "payload"])
+    """Sink rows as JSON; directory versions in the form the writer publishes (VersionRecord), only
+    those of queues and machines with an owner (the ones the MQCN operator reads)."""
+    out = []
+    for t, p in rows:
+        if t == VERSIONS:
+            record = version_record(p)
+            if record is not None:
+                out.append((t, record.encode()))
+        else:
+            out.append((t, json.dumps(p)))
+    return pd.DataFrame(out, columns=["table_name", "payload"])
 
 
 def _receive(r: Replica, row) -> None:
@@ -143,7 +155,7 @@ class ReplicationWriter(TableWriter):
     crash between the commit and the publish is published again, with the same message ids
     (deterministic per server), so a consumer can drop repeats."""
 
-    SIDE_TABLES = ("object_versions",)
+    SIDE_TABLES = (VERSIONS,)
 
     def __init__(self, sink_url: str, query_id: str, echo=print, outbound: dict | None = None,
                  objects: dict | None = None, checkpoint: str | None = None):
@@ -152,10 +164,11 @@ class ReplicationWriter(TableWriter):
         self.objects = objects              # the same for the directory versions the MQCN operator reads,
         self.checkpoint = checkpoint        # with "progress_topic": where this query's progress goes
         self._producer = None
+        self._first_arrivals = FirstArrivals()
 
     def after_write(self, rows: dict[str, list[dict]]) -> None:
         if self.objects:
-            self._publish(self.objects, self._object_records(rows.get("object_versions") or []))
+            self._publish(self.objects, self._object_records(rows.get(VERSIONS) or []))
             # after the versions are confirmed: the MQCN operator's clock may now pass what this batch read
             self._publish({**self.objects, "topic": self.objects["progress_topic"]}, [self._progress_record()])
         if self.outbound:
@@ -178,16 +191,11 @@ class ReplicationWriter(TableWriter):
         if self._producer.flush(OUTBOUND_CONFIRM_S):     # waits out a broker restart; then the batch fails
             raise RuntimeError(f"records not confirmed by Kafka within {OUTBOUND_CONFIRM_S} s ({target['topic']})")
 
-    @staticmethod
-    def _object_records(objects: list[dict]):
-        """Queue and machine versions, keyed by the owning queue manager, for the MQCN operator."""
-        from ..operators.notification_rows import directory_version
-        for row in objects:
-            plain = dict(row, updated_at=row["updated_at"].isoformat(timespec="milliseconds")
-                         if hasattr(row["updated_at"], "isoformat") else row["updated_at"])
-            routed = directory_version(plain)
-            if routed:
-                yield json.dumps(plain, default=str).encode(), routed[0].encode()
+    def _object_records(self, lines: list[str]):
+        """Queue and machine versions, keyed by the owning queue manager, for the MQCN operator: the
+        first arrival of each version across the replicas (notification_rows.FirstArrivals)."""
+        for record in self._first_arrivals.select([VersionRecord.decode(line) for line in lines]):
+            yield record.text.encode(), record.owner.encode()
 
     @staticmethod
     def _outbound_records(messages: list[dict]):

@@ -115,11 +115,14 @@ def _tree_rss(root: int) -> int:
     return total
 
 
-def run_job(bootstrap: str, workdir: Path, name: str, *extra) -> dict:
-    """`dirstream run --once` into a fresh sink; wall time, peak memory, per-query figures."""
+def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | None = None) -> dict:
+    """`dirstream run --once` into a fresh sink; wall time, peak memory, per-query figures. profile:
+    where py-spy's samples of the driver and every Python worker go (raw format), then summarised."""
     sink = f"sqlite:///{workdir}/{name}.db"
     started = time.perf_counter()
-    proc = subprocess.Popen([EXE, "run", "--once", "--bootstrap", bootstrap, "--sink", sink, "--checkpoint",
+    spy = ([shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses",
+            "--nonblocking", "--rate", "50", "--format", "raw", "--output", str(profile), "--"] if profile else [])
+    proc = subprocess.Popen([*spy, EXE, "run", "--once", "--bootstrap", bootstrap, "--sink", sink, "--checkpoint",
                              str(workdir / f"ckpt-{name}"), "--master", "local[2]", "--pec-name", "pec0",
                              "--log-format", "plain", "--log-file", str(workdir / f"{name}.log"), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -141,8 +144,34 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra) -> dict:
         s.close()
     first = min(_seconds(q["first"]) for q in per_query)
     last = max(_seconds(q["last"]) for q in per_query)
+    if profile:
+        print_profile(profile)
     return {"wall_s": wall, "steady_s": last - first, "queries": per_query, "peak_rss": memory.peak,
             "objects": objects}
+
+
+def print_profile(raw: Path, top: int = 12) -> None:
+    """Self time (the innermost Python frame) of the driver and of the Python workers, from py-spy's raw
+    samples ("process ...;frame;frame count" lines)."""
+    if not raw.exists():
+        print(f"profile: {raw} was not written (is py-spy installed? pip install py-spy)")
+        return
+    roles: dict[str, dict[str, int]] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if not count.isdigit() or len(frames) < 2:
+            continue
+        role = "python workers" if "pyspark" in frames[0] and "daemon" in frames[0] or "worker" in frames[0] \
+            else "driver"
+        leaf = frames[-1]
+        roles.setdefault(role, {}).setdefault(leaf, 0)
+        roles[role][leaf] += int(count)
+    for role, leaves in sorted(roles.items()):
+        total = sum(leaves.values())
+        print(f"profile, {role} ({total:,} samples at 50 Hz), self time:")
+        for leaf, n in sorted(leaves.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"  {100 * n / total:5.1f} %  {leaf}")
 
 
 def _seconds(value) -> float:
@@ -213,7 +242,8 @@ def spark_kafka_connector() -> str:
     return f"{artifact} resolves; the format('kafka') pipeline is not written yet"
 
 
-def bench_mix(name: str, op_interval: tuple[int, int], messages: int) -> dict:
+def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: Path | None = None,
+              only_job: bool = False) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"dirstream-bench-{name}-"))
     broker = EmbeddedBroker(workdir / "broker", port=19398)
     broker.start()
@@ -223,11 +253,19 @@ def bench_mix(name: str, op_interval: tuple[int, int], messages: int) -> dict:
         total = sum(pub["counts"].values())
         print(f"\n== mix {name} (ms between directory operations {op_interval}): {total:,} messages "
               f"{pub['counts']}, {pub['changes']:,} directory changes, published in {time.perf_counter() - t:.0f} s")
+        if only_job:                    # for profiling: the whole job alone
+            job = run_job(broker.bootstrap, workdir, "job", profile=profile and profile / f"job-{name}.txt")
+            print(f"whole job: {total / job['steady_s']:,.0f} msg/s steady ({job['steady_s']:.1f} s), "
+                  f"peak resident memory {job['peak_rss'] / 2**20:,.0f} MiB")
+            for q in job["queries"]:
+                print(f"   {q['query_name']:<24} {q['batches']:>4} batches {q['rows_in'] or 0:>10,} rows "
+                      f"{(q['busy_ms'] or 0) / 1000:>7.1f} s busy")
+            return {"mix": name, "job_steady": total / job["steady_s"]}
         raw = raw_consume_rate(broker.bootstrap, total)
         ceiling = decode_ceiling(pub["sample"], pub["counts"])
         plain = plain_pipeline(broker.bootstrap, workdir)
         raw_query = run_job(broker.bootstrap, workdir, "raw", "--topics", ",".join(TOPICS.values()))
-        job = run_job(broker.bootstrap, workdir, "job")
+        job = run_job(broker.bootstrap, workdir, "job", profile=profile and profile / f"job-{name}.txt")
         return report(name, total, pub["changes"], raw, ceiling, plain, raw_query, job)
     finally:
         broker.stop()
@@ -268,10 +306,16 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=300_000, help="per mix (default 300,000)")
     parser.add_argument("--mix", choices=sorted(MIXES), action="append", help="default: both")
+    parser.add_argument("--profile", type=Path, help="folder: run the whole job under py-spy (driver and "
+                                                     "Python workers) and print the top lines")
+    parser.add_argument("--only-job", action="store_true", help="measure the whole job alone (profiling)")
     args = parser.parse_args()
-    print(spark_kafka_connector())
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    if not args.only_job:
+        print(spark_kafka_connector())
     for name in args.mix or list(MIXES):
-        bench_mix(name, MIXES[name], args.messages)
+        bench_mix(name, MIXES[name], args.messages, args.profile, args.only_job)
     return 0
 
 
