@@ -11,7 +11,7 @@ from datetime import datetime
 
 from producers.responder import Authorities
 from streaming.wire.envelope import make_envelope
-from streaming.operators.notification_rows import FirstArrivals, version_record
+from streaming.operators.notification_rows import FirstArrivals
 from streaming.operators.notification_rows import step_rows as qm_rows
 from streaming.operators.notification_input import Row, advance, directory_row, split
 from streaming.operators.notifications import QMState, QueueManager, Settings, queue_manager_of
@@ -120,8 +120,8 @@ class OfflineJob:
             if table != "object_versions":
                 key = tuple(row[c] for c in TABLES[table].key)
                 self.tables.setdefault(table, {})[key] = row
-            elif version_record(row):               # what the job publishes for the MQCN operator
-                versions.append(version_record(row))
+            else:                                   # what the job publishes for the MQCN operator
+                versions.append(row)
             if table == "outbound_messages":
                 self.outbound.append(row)
                 self._answer(row)

@@ -207,24 +207,36 @@ def test_first_arrivals_pass_an_earlier_or_different_copy_and_machines_without_a
 
 
 def test_a_published_version_is_its_directory_objects_row_as_json():
-    """The replication operator writes the published text itself (no parse and re-dump on the driver):
-    it must be exactly the row's JSON, which the MQCN operator orders same-time versions by."""
+    """The replication operator builds the published record itself, memoised by content across the
+    replicas (replication_rows.published_version): it must equal the reference built from the
+    directory_objects row (notification_rows.version_record), whose text is exactly the row's JSON,
+    which the MQCN operator orders same-time versions by, for every version of a simulated history."""
     import json
+    from streaming.operators import replication_rows
     from streaming.operators.notification_rows import version_record
     envelopes, truth = run(3, 1500, reorder=0.1, drop=0.05)
     job = OfflineJob(truth, pec_name="pec0")
-    seen = []
-    collect = job._collect
+    pairs = []
+    original = replication_rows.version_rows
 
     def spy(r):
-        from streaming.operators.replication_rows import version_rows
-        seen.extend(row for _t, row in version_rows(r))
-        collect(r)
-    job._collect = spy
-    feed(job, envelopes, 500)
-    records = [(row, version_record(row)) for row in seen]
-    assert len([rec for _row, rec in records if rec]) > 1000
-    for row, rec in records:
-        assert (rec is None) == (row["object_type"] not in ("queue", "machine"))
-        if rec:
-            assert rec.text == json.dumps(row) and json.loads(rec.text) == row
+        versions = r.store.take_versions()
+        r.store.versions = list(versions)
+        for guid, obj, removed, at in versions:
+            reference = replication_rows._object_row(r, guid, obj, removed, at)
+            pairs.append((reference, replication_rows.published_version(r.name, guid, obj, removed, at)))
+        return original(r)
+    replication_rows.version_rows = spy
+    try:
+        feed(job, envelopes, 500)
+    finally:
+        replication_rows.version_rows = original
+    assert len([p for _row, p in pairs if p]) > 1000
+    for row, fast in pairs:
+        reference = version_record(row)
+        assert fast == reference
+        assert (reference is None) == (row["object_type"] not in ("queue", "machine")
+                                       or not (row["properties"].get("PROPID_Q_QMID") if row["object_type"] == "queue"
+                                               else row["object_guid"]))
+        if reference:
+            assert reference.text == json.dumps(row) and json.loads(reference.text) == row

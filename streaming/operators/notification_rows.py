@@ -6,10 +6,9 @@ Tables (README): queue_managers, qm_queues, notifications, notification_batches.
 import hashlib
 import json
 from datetime import datetime
-from typing import NamedTuple
 
 from .notifications import QueueManager, Version
-from .replication_rows import ts
+from .replication_rows import VersionRecord, ts
 
 QUEUE_COLUMNS = {
     "PROPID_Q_PATHNAME": "path_name", "PROPID_Q_TYPE": "type", "PROPID_Q_LABEL": "label",
@@ -70,26 +69,10 @@ def version_event_ms(row: dict) -> int:
     return int((updated if isinstance(updated, datetime) else datetime.fromisoformat(updated)).timestamp() * 1000)
 
 
-class VersionRecord(NamedTuple):
-    """A directory version as the replication query publishes it for the MQCN operator."""
-    owner: str                  # the owning queue manager's GUID: the record's key
-    first_key: str              # what FirstArrivals compares ("": always passed on)
-    event_ms: int
-    text: str                   # the record's value: the directory_objects row as JSON
-
-    def encode(self) -> str:
-        """One line for the trip from the operator to the writer (JSON text has no raw tab)."""
-        return f"{self.owner}\t{self.first_key}\t{self.event_ms}\t{self.text}"
-
-    @classmethod
-    def decode(cls, line: str) -> "VersionRecord":
-        owner, key, ms, text = line.split("\t", 3)
-        return cls(owner, key, int(ms), text)
-
-
 def version_record(row: dict) -> VersionRecord | None:
-    """The published form of an object_versions row of a queue or machine with an owner (else None).
-    The text is exactly json.dumps(row); the key digests everything but the replica and the time."""
+    """The published form of a directory_objects row of a queue or machine with an owner (else None):
+    the reference for replication_rows.published_version, which the job uses. The text is exactly
+    json.dumps(row); the key digests everything but the replica and the time."""
     owner = version_owner(row)
     if not owner:
         return None

@@ -165,6 +165,10 @@ class Replica:
         self.deleted_touched: dict[str, tuple[DeletedObject, str, int]] = {}
         # identifier -> (object, status, event time of the change)
         self.ignored: list[tuple[str, str]] = []                             # (operation, reason)
+        # partition -> a lower bound of the sequence numbers of its DeletedObjectCollection entries
+        # (not stored: built on first use), so Purge Deleted Objects, which runs after every change,
+        # walks the collection only when something can be purged
+        self._deleted_floor: dict[str, float] = {}
 
     # ------------------------------------------------------------ roles
     @property
@@ -470,6 +474,8 @@ class Replica:
         identifier = key or f"path:{path}"
         deleted = DeletedObject(identifier, p.partition_id, seq, object_type or (obj.object_type if obj else 0), scope)
         self.s.deleted[identifier] = deleted
+        if p.partition_id in self._deleted_floor:
+            self._deleted_floor[p.partition_id] = min(self._deleted_floor[p.partition_id], seq)
         self.deleted_touched[identifier] = (deleted, "deleted", self.s.now_ms)
         need_flush = False
         if self.is_pec() and object_type == MQDS_SITE and key in self.s.partitions:
@@ -511,10 +517,18 @@ class Replica:
             if p.allowed_purge_seq < p.purged_seq:
                 return
             purge_to = p.allowed_purge_seq
-        for identifier, d in list(self.s.deleted.items()):
-            if d.partition_id == p.partition_id and d.seq_number <= purge_to:
-                del self.s.deleted[identifier]
-                self.deleted_touched[identifier] = (d, "purged", self.s.now_ms)
+        floor = self._deleted_floor.get(p.partition_id)
+        if floor is None or floor <= purge_to:
+            floor = float("inf")
+            for identifier, d in list(self.s.deleted.items()):
+                if d.partition_id != p.partition_id:
+                    continue
+                if d.seq_number <= purge_to:
+                    del self.s.deleted[identifier]
+                    self.deleted_touched[identifier] = (d, "purged", self.s.now_ms)
+                else:
+                    floor = min(floor, d.seq_number)
+            self._deleted_floor[p.partition_id] = floor
         p.purged_seq = max(p.purged_seq, purge_to)  # digest §9.9 (a)
 
     # ------------------------------------------------------------ 3.1.7.2.10 / 3.1.7.2.11

@@ -4,12 +4,17 @@ Each function returns rows for the tables documented in the README: replication_
 replication_partitions, directory_objects, deleted_objects, pending_changes, outbound_messages.
 GUIDs are lowercase canonical text and sequence numbers 16-digit lowercase hex.
 """
+import hashlib
+import json
+import marshal
 import uuid
 from datetime import datetime, timezone
+from functools import lru_cache
+from typing import NamedTuple
 
 from ..wire import encode, mqdsrp
 from ..wire.guid import GUID_NULL
-from ..wire.propids import PROPIDS
+from ..wire.propids import PROPIDS, propid
 from ..wire.seqnum import seq_hex
 from .replica_store import DirObject
 from .replication import OBJECT_TYPE_NAMES, PURGE_STATE_NAMES, Outbound, Replica
@@ -17,7 +22,9 @@ from .replication import OBJECT_TYPE_NAMES, PURGE_STATE_NAMES, Outbound, Replica
 OUTBOUND_NAMESPACE = uuid.UUID("6f0c3d1e-5a8b-4c1e-9d2f-2b7e4a9c0d11")
 
 
+@lru_cache(maxsize=1 << 16)
 def ts(ms: int) -> str:
+    """Event time as ISO-8601 text (memoised: a step stamps many rows with the same time)."""
     return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
 
 
@@ -27,8 +34,12 @@ def json_value(value):
     return value
 
 
+_PROPID_NAMES = {k: name for k, (name, _type) in PROPIDS.items()}
+
+
 def properties_json(props: dict[int, object]) -> dict[str, object]:
-    return {PROPIDS[k][0]: json_value(v) for k, v in props.items() if k in PROPIDS}
+    names = _PROPID_NAMES
+    return {names[k]: (v.hex() if isinstance(v, (bytes, bytearray)) else v) for k, v in props.items() if k in names}
 
 
 def server_rows(r: Replica) -> list[tuple[str, dict]]:
@@ -59,17 +70,94 @@ def object_rows(r: Replica, touched: dict[str, DirObject | None], removed: dict[
 
 # The object types whose versions the MQCN operator reads (MQCN 3.2.5: queues and the queue manager).
 NOTIFIED_TYPES = ("queue", "machine")
+_MQDS_QUEUE, _MQDS_MACHINE = 1, 2
+_Q_QMID, _QM_QUOTA = propid("Q_QMID"), propid("QM_QUOTA")
+
+
+class VersionRecord(NamedTuple):
+    """A directory version as the replication query publishes it for the MQCN operator."""
+    owner: str                  # the owning queue manager's GUID: the record's key
+    first_key: str              # what FirstArrivals compares ("": always passed on)
+    event_ms: int
+    text: str                   # the record's value: the directory_objects row as JSON
+
+    def encode(self) -> str:
+        """One line for the trip from the operator to the writer (JSON text has no raw tab)."""
+        return f"{self.owner}\t{self.first_key}\t{self.event_ms}\t{self.text}"
+
+    @classmethod
+    def decode(cls, line: str) -> "VersionRecord":
+        owner, key, ms, text = line.split("\t", 3)
+        return cls(owner, key, int(ms), text)
 
 
 def version_rows(r: Replica) -> list:
     """Every version the step produced, in order (pseudo-table object_versions: published for the
     MQCN operator, not a sink table): its reads are "as of" a time, so a batch of this operator must
-    not fold an object's versions into its last one, or the result would depend on the batching."""
+    not fold an object's versions into its last one, or the result would depend on the batching.
+    Only queues and machines with an owner, as VersionRecords (published_version)."""
     rows = []
     for guid, obj, removed, at in r.store.take_versions():
-        if OBJECT_TYPE_NAMES.get(obj.object_type) in NOTIFIED_TYPES:
-            rows.append(("object_versions", _object_row(r, guid, obj, removed, at)))
+        if obj.object_type in (_MQDS_QUEUE, _MQDS_MACHINE):
+            record = published_version(r.name, guid, obj, removed, at)
+            if record is not None:
+                rows.append(("object_versions", record))
     return rows
+
+
+_CONTENT_MEMO: dict[bytes, tuple[str, str, str] | None] = {}
+_CONTENT_MEMO_SIZE = 200_000
+
+
+def published_version(server: str, guid: str, obj: DirObject, deleted: bool, at_ms: int) -> VersionRecord | None:
+    """The VersionRecord of a queue or machine version with an owner (else None), its text exactly
+    json.dumps(_object_row(...)) (notification_rows.version_record is the reference built from that
+    row; a test keeps them equal). Every replica applies the same version, so the replica-independent
+    part (the JSON between server and updated_at, its digest, the owner) is memoised per process by
+    the object's content."""
+    content = (guid, obj.partition_id, obj.object_type, obj.path_name, obj.seq_number, deleted, obj.properties)
+    try:
+        key = marshal.dumps(content)
+    except ValueError:                      # a value marshal cannot write: no memo
+        key = None
+    part = _CONTENT_MEMO.get(key) if key is not None else None
+    if part is None and (key is None or key not in _CONTENT_MEMO):
+        part = _content_part(guid, obj, deleted)
+        if key is not None:
+            if len(_CONTENT_MEMO) >= _CONTENT_MEMO_SIZE:
+                _CONTENT_MEMO.clear()
+            _CONTENT_MEMO[key] = part
+    if part is None:
+        return None
+    owner, first_key, middle = part
+    text = f'{{"server": {json.dumps(server)}, {middle}, "updated_at": "{ts(at_ms)}"}}'
+    return VersionRecord(owner, first_key, _event_ms(at_ms), text)
+
+
+@lru_cache(maxsize=1 << 16)
+def _event_ms(at_ms: int) -> int:
+    """The time the MQCN operator reads from the published text (notification_rows.version_event_ms
+    of ts(at_ms)): exactly as the reference computes it."""
+    return int(datetime.fromisoformat(ts(at_ms)).timestamp() * 1000)
+
+
+def _content_part(guid: str, obj: DirObject, deleted: bool) -> tuple[str, str, str] | None:
+    """(owner, FirstArrivals key, the row's JSON members between server and updated_at) or None."""
+    if obj.object_type == _MQDS_QUEUE:
+        owner = json_value(obj.properties.get(_Q_QMID))
+    elif obj.object_type == _MQDS_MACHINE:
+        owner = guid
+    else:
+        return None
+    if not owner:
+        return None
+    middle = json.dumps({"object_guid": guid, "partition_id": obj.partition_id,
+                         "object_type": OBJECT_TYPE_NAMES[obj.object_type], "path_name": obj.path_name,
+                         "seq_number": seq_hex(obj.seq_number), "deleted": deleted,
+                         "properties": properties_json(obj.properties)}, default=str)
+    quota_unknown = obj.object_type == _MQDS_MACHINE and obj.properties.get(_QM_QUOTA) is None
+    first_key = "" if quota_unknown else hashlib.blake2b(middle.encode(), digest_size=16).hexdigest()
+    return owner, first_key, middle[1:-1]
 
 
 def _object_row(r: Replica, guid: str, obj: DirObject, deleted: bool, at_ms: int) -> dict:

@@ -17,10 +17,10 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from .stateful import (OUTPUT_DDL, TableWriter, apply_guarded, dead_letter, raise_if_poison, replace_timers,
                        timer_dead_letter)
-from ..operators.notification_rows import FirstArrivals, VersionRecord, version_record
+from ..operators.notification_rows import FirstArrivals
 from ..operators.replica_store import ObjectStore
 from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
-from ..operators.replication_rows import step_rows
+from ..operators.replication_rows import VersionRecord, step_rows
 from ..wire import WireError, decode
 
 WATERMARK_DELAY = "10 seconds"
@@ -96,18 +96,10 @@ class ReplicationProcessor(StatefulProcessor):
         pass
 
 
-def _frame(rows: list[tuple[str, dict]]) -> pd.DataFrame:
-    """Sink rows as JSON; directory versions in the form the writer publishes (VersionRecord), only
-    those of queues and machines with an owner (the ones the MQCN operator reads)."""
-    out = []
-    for t, p in rows:
-        if t == VERSIONS:
-            record = version_record(p)
-            if record is not None:
-                out.append((t, record.encode()))
-        else:
-            out.append((t, json.dumps(p)))
-    return pd.DataFrame(out, columns=["table_name", "payload"])
+def _frame(rows: list[tuple[str, object]]) -> pd.DataFrame:
+    """Sink rows as JSON; directory versions (VersionRecords) as the line the writer publishes."""
+    return pd.DataFrame([(t, p.encode() if t == VERSIONS else json.dumps(p)) for t, p in rows],
+                        columns=["table_name", "payload"])
 
 
 def _receive(r: Replica, row) -> None:
