@@ -349,7 +349,7 @@ class Replica:
             self.purge_deleted_objects(p)
             p.previous_purged_seq = p.last_seq
         if p.purge_state == PURGE_NORMAL or p.last_seq >= p.purged_seq:
-            if self.is_psc() and (p.last_seq & 0xFF) == 0x00:     # 8th byte 0x00
+            if (p.last_seq & 0xFF) == 0x00 and self.is_psc():     # 8th byte 0x00 (the role check after: it walks the partitions)
                 self.send_psc_ack(p)
         return True
 
@@ -483,7 +483,7 @@ class Replica:
             for name in [n for n in self.s.psc_neighbors if n == gone.authority]:
                 del self.s.psc_neighbors[name]
             need_flush = True
-        if self.is_psc() and object_type == MQDS_MACHINE and obj is not None:
+        if object_type == MQDS_MACHINE and obj is not None and self.is_psc():
             self.s.bsc_neighbors.pop(obj.properties.get(QM_PATHNAME) or obj.path_name, None)
         return True, need_flush
 

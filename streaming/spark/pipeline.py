@@ -26,8 +26,6 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")      # everything stays on loopback
-        from .worker_site import install
-        install(Path(tempfile.gettempdir()) / "msmq-dirstream" / "worker-site")   # pyspark with cached bytecode
     from pyspark.sql import SparkSession
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.shuffle.partitions", "4")
