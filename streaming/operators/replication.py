@@ -349,7 +349,8 @@ class Replica:
             self.purge_deleted_objects(p)
             p.previous_purged_seq = p.last_seq
         if p.purge_state == PURGE_NORMAL or p.last_seq >= p.purged_seq:
-            if (p.last_seq & 0xFF) == 0x00 and self.is_psc():     # 8th byte 0x00 (the role check after: it walks the partitions)
+            # 8th byte 0x00; the role check second, as it walks the partitions
+            if (p.last_seq & 0xFF) == 0x00 and self.is_psc():
                 self.send_psc_ack(p)
         return True
 

@@ -69,7 +69,6 @@ def object_rows(r: Replica, touched: dict[str, DirObject | None], removed: dict[
 
 
 # The object types whose versions the MQCN operator reads (MQCN 3.2.5: queues and the queue manager).
-NOTIFIED_TYPES = ("queue", "machine")
 _MQDS_QUEUE, _MQDS_MACHINE = 1, 2
 _Q_QMID, _QM_QUOTA = propid("Q_QMID"), propid("QM_QUOTA")
 
@@ -107,6 +106,7 @@ def version_rows(r: Replica) -> list:
 
 _CONTENT_MEMO: dict[bytes, tuple[str, str, str] | None] = {}
 _CONTENT_MEMO_SIZE = 200_000
+_UNSEEN = object()
 
 
 def published_version(server: str, guid: str, obj: DirObject, deleted: bool, at_ms: int) -> VersionRecord | None:
@@ -120,8 +120,8 @@ def published_version(server: str, guid: str, obj: DirObject, deleted: bool, at_
         key = marshal.dumps(content)
     except ValueError:                      # a value marshal cannot write: no memo
         key = None
-    part = _CONTENT_MEMO.get(key) if key is not None else None
-    if part is None and (key is None or key not in _CONTENT_MEMO):
+    part = _CONTENT_MEMO.get(key, _UNSEEN) if key is not None else _UNSEEN
+    if part is _UNSEEN:
         part = _content_part(guid, obj, deleted)
         if key is not None:
             if len(_CONTENT_MEMO) >= _CONTENT_MEMO_SIZE:

@@ -6,8 +6,8 @@ Inputs, through one source (one offset, so one consistent snapshot per micro-bat
 notifications (msmq.cn.raw), the MQSD traffic (msmq.sd.raw, read for its time only: the batching
 timers fire while the directory is quiet) and the directory as the MQDSRP replicas hold it
 (msmq.dsrp.objects: every version the replication operator derived, the first arrival of each
-across the replicas, keyed by the owning queue manager). The traffic is released only up to the replication query's progress
-(streaming/spark/event_clock.py), and only the traffic moves the event-time clock: the directory
+across the replicas, keyed by the owning queue manager). The traffic is released only up to the
+replication query's progress (streaming/spark/event_clock.py), and only the traffic moves the event-time clock: the directory
 versions are never late and never push the clock ahead of the notifications.
 
 Each queue manager applies its input in event-time order, whatever the micro-batching: rows wait in
