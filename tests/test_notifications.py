@@ -601,3 +601,30 @@ def test_an_event_read_before_the_objects_first_version_takes_it_whenever_it_arr
     assert (final.outcome, final.reason, final.processed_ms) == ("applied", "resolved when the object appeared in "
                                                                  "a replica", T0 + 5 * MINUTE)
     assert attr(qm, 1, "Q_LABEL") == "folded"
+
+
+# ---------------------------------------------------------------- health columns (README "Metrics")
+def _qm_row(qm):
+    from streaming.operators.notification_rows import step_rows
+    return next((row for table, row in step_rows(qm) if table == "queue_managers"), None)
+
+
+def test_the_queue_manager_row_counts_what_waits_in_the_window_and_when_it_last_processed():
+    qm = batched()
+    qm.receive(v1([create(1)], T0))
+    qm.receive(v1([create(2)], T0 + 30_000))
+    row = _qm_row(qm)
+    assert (row["notifications_waiting"], row["unresolved_reads"], row["last_processed_at"]) == (2, 0, None)
+    assert _qm_row(qm) is None                                  # nothing changed since: no row
+    qm.on_timer(T0 + MINUTE)
+    row = _qm_row(qm)
+    assert row["notifications_waiting"] == 0 and row["last_processed_at"].startswith("2026-01-01T00:01:00")
+
+
+def test_the_queue_manager_row_counts_unresolved_reads_until_the_object_appears():
+    qm = batched()
+    at_arrival(qm, v2(1, guid(1), T0))
+    at_arrival(qm, v2(1, guid(2), T0 + 1))
+    assert _qm_row(qm)["unresolved_reads"] == 2
+    qm.directory_object(guid(1), queue_version(1, T0 + 500, 3))
+    assert _qm_row(qm)["unresolved_reads"] == 1

@@ -679,3 +679,32 @@ def test_with_partial_updates_no_object_is_lost_and_the_replica_does_not_stall(s
     got, want, last, authority_last = replicate_with_faults(seed, whole_updates=False)
     assert set(got) == set(want)
     assert last == authority_last
+
+
+# ---------------------------------------------------------------- health fields (README "Metrics")
+def test_a_replica_remembers_the_highest_sequence_number_seen_and_when_it_last_advanced():
+    s = Server()
+    caught_up(s)
+    s.send(propagation([create_queue(1, 1)]))
+    applied_at = s.now
+    s.send(propagation([create_queue(5, 5, prev=4)]))             # pending: seen, not applied
+    p = s.partition()
+    assert (p.last_seq, p.seen_seq, p.last_change_ms) == (1, 5, applied_at)
+    header = mqdsrp.SeqNumberHeader(1, "psc1", [mqdsrp.PartitionSeqNumbers(SITE, 9, 0)])
+    s.send(propagation([], header=header))
+    assert (p.seen_seq, p.last_change_ms) == (9, applied_at)       # announced, still nothing applied
+    s.send(propagation([create_queue(2, 2), create_queue(3, 3), create_queue(4, 4)]))
+    assert (p.last_seq, p.last_change_ms) == (5, s.now)            # the pending change applied too
+
+
+def test_the_health_fields_survive_the_state_round_trip_and_old_states_decode():
+    import marshal
+    s = Server()
+    caught_up(s)
+    s.send(propagation([create_queue(1, 1), create_queue(3, 3, prev=2)]))
+    restored = state_from_bytes(state_to_bytes(s.state)).partitions[SITE]
+    assert (restored.seen_seq, restored.last_change_ms) == (3, s.now) and restored.last_seq == 1
+    old = list(marshal.loads(state_to_bytes(s.state)))
+    old[4] = [p[:10] for p in old[4]]                               # a checkpoint written before them
+    before = state_from_bytes(marshal.dumps(tuple(old))).partitions[SITE]
+    assert (before.last_seq, before.seen_seq, before.last_change_ms) == (1, MIN_SEQ_NUMBER, 0)

@@ -5,6 +5,7 @@ import json
 from dash import dash_table, dcc, html
 
 from ..sinks import as_bool
+from . import health
 from .sink_reader import SinkReader
 
 HEALTH_COLOURS = {"in sync": "#2e7d32", "pending changes": "#f9a825", "gap being resynced": "#ef6c00",
@@ -26,23 +27,6 @@ HOW_TO_FILL = {
 
 def _json(value):
     return json.loads(value) if isinstance(value, str) else value
-
-
-def health(p: dict, newest: str) -> str:
-    """A replica partition's health, for the grid's colour."""
-    if as_bool(p["owned"]):
-        return "own partition"
-    if p["purge_state"] in ("startsync0", "sync0", "completesync0"):
-        return "sync0"
-    if p["change_missing_window"] == "ffffffffffffffff":
-        return "initial sync outstanding"
-    if int(p["purged_seq"], 16) > int(p["last_seq"], 16):
-        return "behind the purge horizon"
-    if p["change_missing_window"] != "0000000000000000":
-        return "gap being resynced"
-    if p["pending_count"]:
-        return "pending changes"
-    return "in sync" if p["last_seq"] == newest else "pending changes"
 
 
 def empty(table: str):
@@ -68,12 +52,12 @@ def pipeline_page(r: SinkReader):
     dead = r.query("dead_letters", "SELECT * FROM dead_letters ORDER BY recorded_at DESC, kafka_offset DESC")
     if not progress:
         return [html.H3("Pipeline"), empty("pipeline_progress")]
-    queries = _per_query(every)
+    queries = health.query_summary(r)
     latest = progress[-1]
     lag = _json(latest["lag"]) or {}
     by_reason: dict[str, int] = {}
-    for d in dead:
-        by_reason[d["error_reason"] or d["error"]] = by_reason.get(d["error_reason"] or d["error"], 0) + 1
+    for (stage, reason), n in sorted(health.dead_letter_counts(r).items()):      # as the metrics count them
+        by_reason[f"{stage}: {reason}"] = n
     per_minute: dict[str, int] = {}
     for d in dead:
         minute = str(d["recorded_at"])[:16]
@@ -110,27 +94,23 @@ def replication_page(r: SinkReader):
         return [html.H3("Replication"), empty("replication_partitions")]
     servers = sorted({p["server"] for p in parts})
     pids = sorted({p["partition_id"] for p in parts})
-    newest = {pid: max((p["last_seq"] for p in parts if p["partition_id"] == pid and not as_bool(p["owned"])),
-                       default="0" * 16) for pid in pids}
-    cell = {(p["server"], p["partition_id"]): p for p in parts}
+    cell = {(h.server, h.partition_id): h for h in health.replica_health(parts)}      # as the metrics see them
     header = html.Tr([html.Th("server")] + [html.Th(pid[:8] + "…", title=pid) for pid in pids])
     body = []
     for s in servers:
         tds = [html.Th(s)]
         for pid in pids:
-            p = cell.get((s, pid))
-            if p is None:
+            h = cell.get((s, pid))
+            if h is None:
                 tds.append(html.Td("—"))
                 continue
-            h = health(p, newest[pid])
-            lag = int(newest[pid], 16) - int(p["last_seq"], 16)
             lines = [html.Div("the object authority", title="its own partition changes locally, not on the wire")
-                     ] if h == "own partition" else [
-                html.Div(f"last {int(p['last_seq'], 16)} · purged {int(p['purged_seq'], 16)}"),
-                html.Div(f"lag {lag}" + (f" · {p['pending_count']} pending" if p["pending_count"] else ""))]
-            tds.append(html.Td([html.Div(h, className="health")] + lines,
+                     ] if h.owned else [
+                html.Div(f"last {h.last_seq} · purged {h.purged_seq}"),
+                html.Div(f"lag {h.lag}" + (f" · {h.pending} pending" if h.pending else ""))]
+            tds.append(html.Td([html.Div(h.health, className="health")] + lines,
                                className="replica-cell", title=f"{s} / {pid}",
-                               style={"background": HEALTH_COLOURS[h], "color": "white" if h not in (
+                               style={"background": HEALTH_COLOURS[h.health], "color": "white" if h.health not in (
                                    "own partition", "initial sync outstanding") else "black",
                                    "padding": "0.4em", "fontSize": "0.8em"}))
         body.append(html.Tr(tds))
@@ -197,9 +177,7 @@ def discovery_page(r: SinkReader):
     topology = r.query("site_topology", "SELECT * FROM site_topology ORDER BY site_id, directory_server")
     if not requests and not topology:
         return [html.H3("Discovery"), empty("discovery_requests")]
-    by_outcome: dict[str, int] = {}
-    for q in requests:
-        by_outcome[q["outcome"]] = by_outcome.get(q["outcome"], 0) + 1
+    by_outcome = health.discovery_outcomes(r)
     return [
         html.H3("Discovery"),
         html.Div([stat("discovery-requests", "requests", len(requests))]
@@ -262,9 +240,13 @@ def queue_manager(r: SinkReader, machine_id):
                                      "update_index", (machine_id,))
     queues = r.query("qm_queues", "SELECT * FROM qm_queues WHERE queue_manager = ? AND deleted = ? ORDER BY "
                                   "path_name", (machine_id, _false(r)))
+    waiting = next((h for h in health.queue_managers(r, health.replica_clock(r)) if h.machine_id == machine_id),
+                   None)                                    # as the metrics see it
     return [html.Div([stat("qm-batches", "batches", len(batches)), stat("qm-notifications", "notifications",
                                                                         len(notes)),
-                      stat("qm-queues", "queues", len(queues))]),
+                      stat("qm-queues", "queues", len(queues)),
+                      stat("qm-waiting", "waiting in a window", waiting.waiting if waiting else 0),
+                      stat("qm-unresolved", "unresolved reads", waiting.unresolved if waiting else 0)]),
             dcc.Graph(id="qm-timeline", figure=_timeline(batches)),
             table("qm-notifications-table", notes, ["arrival_at", "version", "action", "object_guid", "outcome",
                                                     "reason", "batch", "processed_at"]),
@@ -346,20 +328,3 @@ def _topology(rows: list[dict]):
                                                               for t in labels]})])
     return fig.update_layout(title="site topology (sites, their directory servers [connected networks])",
                              showlegend=False, height=520, xaxis={"visible": False}, yaxis={"visible": False})
-
-
-# ====================================================================== command
-
-
-def _per_query(progress: list[dict]) -> list[dict]:
-    """Per query: batches, rows, late rows (all batches) and the latest batch's state figures."""
-    out: dict[str, dict] = {}
-    for p in progress:
-        name = p.get("query_name") or "dirstream"
-        q = out.setdefault(name, {"query": name, "batches": 0, "input_rows": 0, "late_rows": 0})
-        q["batches"] += 1
-        q["input_rows"] += p["input_rows"] or 0
-        q["late_rows"] += p.get("late_rows") or 0
-        q.update(state_rows=p.get("state_rows"), state_memory_bytes=p.get("state_memory_bytes"),
-                 timers_fired=p.get("timers_fired"), last_batch_ms=p["duration_ms"])
-    return [out[k] for k in sorted(out)]

@@ -9,6 +9,7 @@ DEFAULT_CHECKPOINT = "var/checkpoint"
 RAW_TOPIC_PARTITIONS = 4                 # as `produce simulate|replay --partitions` creates them
 
 from ..spark import RECORDS_PER_TASK  # noqa: E402
+from .metrics import DEFAULT_PORT as METRICS_PORT  # noqa: E402
 from ..wire.topics import OUTBOUND_TOPIC  # noqa: E402
 
 
@@ -52,6 +53,9 @@ def register(sub, add_kafka_arguments) -> None:
                                         "(default: dirstream-run.log beside the checkpoint folder)")
     run.add_argument("--log-format", choices=["auto", "rich", "plain"], default="auto",
                      help="the console: rich (a live table per query), plain (lines), auto (rich on a terminal)")
+    run.add_argument("--metrics-port", type=int, default=METRICS_PORT,
+                     help=f"serve Prometheus metrics on this port (default {METRICS_PORT}; 0: off)")
+    run.add_argument("--metrics-host", default="127.0.0.1", help="the metrics server's address (default 127.0.0.1)")
     run.set_defaults(func=cmd_run)
 
 
@@ -102,13 +106,14 @@ def _run(args) -> int:
              args.bootstrap, args.sink, args.checkpoint, args.master)
     spark = build_spark(args.master, conf=conf)
     echo = lambda line: (log.info("%s", line), console.info(line))  # noqa: E731
+    metrics = _serve_metrics(args, {"bootstrap.servers": args.bootstrap, **settings_options}, say)
     operators = not args.topics and not args.topic_pattern
     job = topology.JobSettings(
         args.sink, args.checkpoint, opts, once=args.once, trigger=args.trigger, echo=echo,
         records_per_task=args.records_per_task, pec_name=args.pec_name,
         outbound_topic=None if args.outbound_topic.lower() == "none" else args.outbound_topic,
         kafka_conf={"bootstrap.servers": args.bootstrap, **settings_options}, cn_settings=cn_settings(args),
-        observer=console)
+        observer=Observers(console, metrics[0] if metrics else None))
     if args.once:
         console.once_total = _records_to_read(opts, args.sink, job.checkpoint_of(topology.RAW))
     if operators:
@@ -130,6 +135,9 @@ def _run(args) -> int:
                 break
     finally:
         console.stop()
+        if metrics:
+            metrics[0].stop()
+            metrics[1].stop()
     print(console.summary(), file=out, flush=True)
     # A terminal's Ctrl-C reaches the whole process group; PySpark's own SIGINT handling during
     # interpreter shutdown could still turn a clean stop into death by SIGINT. The queries are
@@ -143,6 +151,38 @@ def _run(args) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)                                   # noqa: the queries and Spark are stopped
+
+
+class Observers:
+    """Tells every observer (the console, the metrics) of each committed micro-batch."""
+
+    def __init__(self, *observers):
+        self.observers = [o for o in observers if o is not None]
+
+    def batch(self, *args) -> None:
+        for o in self.observers:
+            o.batch(*args)
+
+    def progress(self, row: dict) -> None:
+        for o in self.observers:
+            o.progress(row)
+
+
+def _serve_metrics(args, kafka_conf: dict, say):
+    """(JobMetrics, MetricsServer), or None when --metrics-port is 0 or the address is taken (the job
+    runs on: its metrics are not worth stopping it for)."""
+    if not args.metrics_port:
+        return None
+    from .metrics import serve
+    try:
+        metrics, server = serve(args.sink, kafka_conf, args.metrics_host, args.metrics_port)
+    except OSError as exc:
+        say(f"dirstream run: metrics not served: cannot listen on {args.metrics_host}:{args.metrics_port} ({exc}); "
+            f"choose another with --metrics-port, or 0 to turn them off")
+        return None
+    host, port = server.address[:2]
+    say(f"dirstream run: Prometheus metrics on http://{host}:{port}/metrics")
+    return metrics, server
 
 
 def _record_operator_progress(spark, job) -> None:

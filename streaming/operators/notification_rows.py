@@ -21,11 +21,11 @@ QUEUE_COLUMNS = {
 
 def step_rows(qm: QueueManager) -> list[tuple[str, dict]]:
     s, rows = qm.s, []
-    if qm.qm_touched or qm.outcomes:
+    if qm.qm_touched or qm.outcomes or qm.batches or qm.arrived:     # whenever a column below can change
         rows.append(("queue_managers", {"machine_id": s.machine_id, "machine_name": s.machine_name,
                                         "quota": s.quota, "journal_quota": s.journal_quota,
                                         "security": s.security, "updated_at": ts(s.updated_ms) if s.updated_ms
-                                        else None}))
+                                        else None, **health_columns(s)}))
     for guid in sorted(qm.queues_touched):
         q = s.queues[guid]
         row = {"queue_manager": s.machine_id, "queue_guid": guid, "deleted": q.deleted,
@@ -42,8 +42,17 @@ def step_rows(qm: QueueManager) -> list[tuple[str, dict]]:
             "queue_manager": s.machine_id, "batch": b.batch,
             "timer_started": ts(b.timer_started_ms) if b.timer_started_ms is not None else None,
             "fired_at": ts(b.fired_ms), "count": b.count, "refresh_all": b.refresh_all}))
-    qm.outcomes, qm.batches, qm.queues_touched, qm.qm_touched = [], [], set(), False
+    qm.outcomes, qm.batches, qm.queues_touched, qm.qm_touched, qm.arrived = [], [], set(), False, False
     return rows
+
+
+def health_columns(s) -> dict:
+    """What the queue manager is waiting on (README "Metrics"): notifications in the batching window,
+    notifications' reads retried until the object appears (a refresh's own reads are not counted: each
+    change of this count records an outcome), and when it last processed notifications."""
+    return {"notifications_waiting": len(s.pending),
+            "unresolved_reads": sum(e[0] is not None for entries in s.unresolved.values() for e in entries),
+            "last_processed_at": ts(s.last_processed_ms) if s.last_processed_ms is not None else None}
 
 
 def version_owner(row: dict) -> str | None:

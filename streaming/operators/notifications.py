@@ -167,6 +167,7 @@ class QueueManager:
         self.batches: list[Batch] = []
         self.queues_touched: set[str] = set()
         self.qm_touched = False
+        self.arrived = False                              # a notification joined the batching window
         self.current: Notification | None = None          # the notification being processed
 
     # ------------------------------------------------------------ arrival (1.6, note <3>)
@@ -186,6 +187,7 @@ class QueueManager:
             self.s.last_processed_ms = n.arrival_ms
             return
         self.s.pending.append(n)
+        self.arrived = True
         self._arm(n)
 
     def _is_copy(self, n: Notification) -> bool:

@@ -83,6 +83,9 @@ class Partition:
     change_missing_window: int = MAX_SEQ_NUMBER
     pending: list[DirectoryChange] = field(default_factory=list)
     initial_sync_sent: bool = False        # this implementation's: the 3.3.3 request went out
+    # this implementation's, for the directory's health (README "Metrics"); they change no behaviour:
+    seen_seq: int = MIN_SEQ_NUMBER         # the highest SeqNumber seen in changes and SeqNumberHeaders
+    last_change_ms: int = 0                # event time LastSeqNumber last moved
 
 
 @dataclass
@@ -269,6 +272,8 @@ class Replica:
                 continue
             if entry.purged_seq_number > p.allowed_purge_seq:
                 p.allowed_purge_seq = entry.purged_seq_number
+            if entry.last_seq_number > p.seen_seq:
+                p.seen_seq = entry.last_seq_number
             if entry.last_seq_number <= p.last_seq or entry.last_seq_number < p.change_missing_window:
                 continue
             if self.is_psc() or p.partition_id == PEC_PARTITION_ID and not p.authority:
@@ -293,6 +298,8 @@ class Replica:
         if self.owns(p):
             self.ignore("DirectoryChange", "own partition: changed by local administration")
             return
+        if change.seq_number > p.seen_seq:
+            p.seen_seq = change.seq_number
         self.handle_directory_change(p, change, check_flush)
 
     # ------------------------------------------------------------ 3.1.7.2.2 Handle Directory Change
@@ -337,7 +344,7 @@ class Replica:
                                                         change.seq_number)
         if not ok:
             return False
-        p.last_seq = change.seq_number
+        p.last_seq, p.last_change_ms = change.seq_number, self.s.now_ms
         if p.purge_state == PURGE_NORMAL:
             for bsc in self.s.bsc_neighbors.values():
                 bsc.available.append(change)
@@ -638,7 +645,7 @@ class Replica:
             self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed",
                                                     self.s.now_ms))
         if p.last_seq < to - 1:
-            p.last_seq = to - 1
+            p.last_seq, p.last_change_ms = to - 1, self.s.now_ms
 
     def _heal_from_reply(self, p: Partition, change: DirectoryChange) -> None:
         """A full-state reply entry (a Sync, or a Delete by GUID) at or below LastSeqNumber: applied when
@@ -920,7 +927,7 @@ def _neighbor_from(t) -> Neighbor:
 def state_to_bytes(s: ServerState) -> bytes:
     partitions = [(p.partition_id, p.authority, p.last_seq, p.purged_seq, p.allowed_purge_seq, p.purge_state,
                    p.previous_purged_seq, p.change_missing_window, [_change_tuple(c) for c in p.pending],
-                   p.initial_sync_sent) for p in s.partitions.values()]
+                   p.initial_sync_sent, p.seen_seq, p.last_change_ms) for p in s.partitions.values()]
     return marshal.dumps((
         1, s.name, s.site_id, s.my_psc_name, partitions,
         [_neighbor_tuple(n) for n in s.psc_neighbors.values()], [_neighbor_tuple(n) for n in s.bsc_neighbors.values()],
@@ -933,9 +940,10 @@ def state_from_bytes(raw: bytes) -> ServerState:
     (version, name, site_id, my_psc, partitions, pscs, bscs, deleted, forwarded, nack_resends, bsc_ack_due,
      now_ms, sent, initialized) = marshal.loads(raw)
     s = ServerState(name, site_id, my_psc)
-    for pid, auth, last, purged, allowed, state, prev_purged, cmw, pending, initial in partitions:
+    for pid, auth, last, purged, allowed, state, prev_purged, cmw, pending, initial, *health in partitions:
+        # a state written before the health fields lacks them (checkpoints of earlier versions)
         s.partitions[pid] = Partition(pid, auth, last, purged, allowed, state, prev_purged, cmw,
-                                      [_change_from(c) for c in pending], initial)
+                                      [_change_from(c) for c in pending], initial, *health)
     s.psc_neighbors = {n.machine_name: n for n in map(_neighbor_from, pscs)}
     s.bsc_neighbors = {n.machine_name: n for n in map(_neighbor_from, bscs)}
     s.deleted = {d[0]: DeletedObject(*d) for d in deleted}

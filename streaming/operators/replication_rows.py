@@ -55,6 +55,7 @@ def server_rows(r: Replica) -> list[tuple[str, dict]]:
             "owned": r.owns(p), "last_seq": seq_hex(p.last_seq), "purged_seq": seq_hex(p.purged_seq),
             "allowed_purge_seq": seq_hex(p.allowed_purge_seq), "purge_state": PURGE_STATE_NAMES[p.purge_state],
             "pending_count": len(p.pending), "change_missing_window": seq_hex(p.change_missing_window),
+            "seen_seq": seq_hex(p.seen_seq), "last_change_at": ts(p.last_change_ms) if p.last_change_ms else None,
             "updated_at": now}))
     return rows
 

@@ -78,7 +78,8 @@ REPLICATION_SERVERS = table("replication_servers", [
 REPLICATION_PARTITIONS = table("replication_partitions", [
     ("server", "text"), ("partition_id", "text"), ("authority", "text"), ("owned", "bool"), ("last_seq", "text"),
     ("purged_seq", "text"), ("allowed_purge_seq", "text"), ("purge_state", "text"), ("pending_count", "bigint"),
-    ("change_missing_window", "text"), ("updated_at", "timestamp")], ["server", "partition_id"], mode="replace")
+    ("change_missing_window", "text"), ("updated_at", "timestamp"), ("seen_seq", "text"),
+    ("last_change_at", "timestamp")], ["server", "partition_id"], mode="replace")
 DIRECTORY_OBJECTS = table("directory_objects", [
     ("server", "text"), ("object_guid", "text"), ("partition_id", "text"), ("object_type", "text"),
     ("path_name", "text"), ("seq_number", "text"), ("deleted", "bool"), ("properties", "json"),
@@ -98,7 +99,8 @@ OUTBOUND_MESSAGES = table("outbound_messages", [
 # MS-MQCN queue managers (streaming/spark/notification_query.py)
 QUEUE_MANAGERS = table("queue_managers", [
     ("machine_id", "text"), ("machine_name", "text"), ("quota", "bigint"), ("journal_quota", "bigint"),
-    ("security", "text"), ("updated_at", "timestamp")], ["machine_id"], mode="replace")
+    ("security", "text"), ("updated_at", "timestamp"), ("notifications_waiting", "bigint"),
+    ("unresolved_reads", "bigint"), ("last_processed_at", "timestamp")], ["machine_id"], mode="replace")
 QM_QUEUES = table("qm_queues", [
     ("queue_manager", "text"), ("queue_guid", "text"), ("path_name", "text"), ("type", "text"), ("label", "text"),
     ("base_priority", "bigint"), ("journal", "bigint"), ("quota", "bigint"), ("journal_quota", "bigint"),

@@ -2,6 +2,7 @@
 each micro-batch's Spark progress into one row (input rows, duration, state rows and memory, timers
 fired, and the rows the watermark dropped as late, which would otherwise vanish silently). The raw
 query writes its own rows inside its batch transaction (streaming/spark/pipeline.py)."""
+import json
 import logging
 from datetime import datetime, timezone
 
@@ -24,7 +25,28 @@ def operator_progress_row(p, query_id: str) -> dict:
             "state_rows": sum(int(op.numRowsTotal or 0) for op in ops),
             "state_memory_bytes": sum(int(op.memoryUsedBytes or 0) for op in ops),
             "late_rows": sum(int(op.numRowsDroppedByWatermark or 0) for op in ops),
-            "timers_fired": metric("numExpiredTimers"), "skipped_offsets": 0}
+            "timers_fired": metric("numExpiredTimers"), "skipped_offsets": 0, **source_lag(p)}
+
+
+def source_lag(p) -> dict:
+    """end_offsets ({"topic[partition]": offset}, as the raw query writes them), lag per partition and
+    total_lag: the records each partition had beyond the batch's end when the batch was planned
+    (the source's reported latest offsets)."""
+    ends, latest = {}, {}
+    for source in p.sources or []:
+        ends.update(_offsets(source.endOffset))
+        latest.update(_offsets(source.latestOffset))
+    lag = {tp: max(latest.get(tp, end) - end, 0) for tp, end in sorted(ends.items())}
+    return {"end_offsets": ends, "lag": lag, "total_lag": sum(lag.values())}
+
+
+def _offsets(text) -> dict[str, int]:
+    """A Kafka source offset (JSON {"topic": {"partition": offset}}) as {"topic[partition]": offset}."""
+    try:
+        nested = json.loads(text) if isinstance(text, str) else text
+        return {f"{t}[{part}]": int(o) for t, parts in (nested or {}).items() for part, o in parts.items()}
+    except (ValueError, TypeError, AttributeError):      # another source's offset format
+        return {}
 
 
 class OperatorProgress(StreamingQueryListener):
