@@ -5,7 +5,9 @@ once into a cache by `mvn dependency:copy-dependencies` (`fetch_jars`; `make set
 `start` formats the log directory under the state dir on first use, launches the JVM with a capped
 heap, waits until the broker answers Kafka metadata requests, and records its pid; `stop` ends it
 (SIGTERM, a controlled shutdown, then SIGKILL); `status` says whether it runs and answers. The logs
-live on disk, so a restarted broker keeps its topics and records.
+live on disk, so a restarted broker keeps its topics and records. `security="sasl_ssl"` gives it a
+SASL_SSL listener instead of PLAINTEXT (infra/broker_security.py); the state directory remembers
+the choice made when it was formatted.
 """
 import os
 import shutil
@@ -113,20 +115,50 @@ class BrokerStatus:
     pid: int | None
     bootstrap: str | None
     log: Path
+    client_properties: Path | None = None        # a secured broker's --kafka-config for clients
 
     def describe(self) -> str:
         if not self.running:
             return f"broker not running (state in {self.log.parent})"
         state = "answering" if self.answering else "NOT answering"
-        return (f"broker running: Apache Kafka {KAFKA_VERSION} (KRaft), pid {self.pid}, {self.bootstrap}, {state}; "
+        text = (f"broker running: Apache Kafka {KAFKA_VERSION} (KRaft), pid {self.pid}, {self.bootstrap}, {state}; "
                 f"logs in {self.log.parent / 'logs'}; log {self.log}")
+        if self.client_properties is not None:
+            text += (f"\nSASL_SSL (SCRAM-SHA-512, user dirstream, CA {self.client_properties.parent / 'tls' / 'ca.pem'}):"
+                     f" clients take --kafka-config {self.client_properties}")
+        return text
 
 
 class EmbeddedBroker:
     def __init__(self, state_dir: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 heap: str = DEFAULT_HEAP):
+                 heap: str = DEFAULT_HEAP, security: str | None = None):
+        """security: plaintext or sasl_ssl; None: as the state directory was formatted (else plaintext)."""
         self.state_dir = Path(state_dir or default_state_dir())
         self.host, self.port, self.heap = host, port, heap
+        recorded = self._security_file.read_text().strip() if self._security_file.exists() else None
+        if security and recorded and security != recorded:
+            raise BrokerError(f"the broker in {self.state_dir} was formatted with --security {recorded}; "
+                              f"use another --state-dir for {security}")
+        self.security = security or recorded or "plaintext"
+
+    @property
+    def _security_file(self) -> Path:
+        return self.state_dir / "security"
+
+    @property
+    def secured(self) -> bool:
+        return self.security == "sasl_ssl"
+
+    @property
+    def client_properties(self) -> Path:
+        return self.state_dir / "client.properties"
+
+    def client_options(self) -> dict[str, str]:
+        """What a client of this broker needs besides bootstrap.servers."""
+        if not self.secured:
+            return {}
+        from .broker_security import read_client_properties
+        return read_client_properties(self.client_properties)
 
     @property
     def bootstrap(self) -> str:
@@ -154,9 +186,12 @@ class EmbeddedBroker:
     def status(self) -> BrokerStatus:
         pid, bootstrap = self._recorded()
         running = pid is not None and _alive(pid)
-        answering = running and answers(bootstrap, timeout=2.0)
+        answering = running and answers(bootstrap, timeout=2.0, options=self._options_if_ready())
         return BrokerStatus(running, answering, pid if running else None, bootstrap if running else None,
-                            self.log_file)
+                            self.log_file, self.client_properties if self.secured else None)
+
+    def _options_if_ready(self) -> dict[str, str]:
+        return self.client_options() if not self.secured or self.client_properties.exists() else {}
 
     def start(self, timeout: float = 90.0) -> BrokerStatus:
         current = self.status()
@@ -168,10 +203,11 @@ class EmbeddedBroker:
             raise BrokerError(f"port {self.port} on {self.host} is already in use; choose another with --port")
         java, jars = java_binary(), fetch_jars()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        config = self._write_config()
+        config = self._write_config(java)
         classpath = f"{jars}/*"
         if not (self.log_dir / "meta.properties").exists():
             self._format(java, classpath, config)
+            self._security_file.write_text(self.security + "\n")
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
                 [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
@@ -183,30 +219,50 @@ class EmbeddedBroker:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise BrokerError(f"broker exited with status {proc.returncode}; see {self.log_file}")
-            if answers(self.bootstrap, timeout=1.0):
+            if answers(self.bootstrap, timeout=1.0, options=self.client_options()):
                 return self.status()
             time.sleep(0.2)
         self.stop()
         raise BrokerError(f"broker did not answer on {self.bootstrap} within {timeout:.0f} s; see {self.log_file}")
 
-    def _write_config(self) -> Path:
-        """server.properties for a single node; the controller listens on a free port of its own."""
+    def _listeners(self, controller: str, java: str) -> list[str]:
+        if not self.secured:
+            return [f"listeners=PLAINTEXT://{self.bootstrap},CONTROLLER://{controller}",
+                    f"advertised.listeners=PLAINTEXT://{self.bootstrap}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"]
+        from . import broker_security as sec
+        tls = self.state_dir / "tls"
+        secret = self._secrets()
+        try:
+            sec.ensure_tls(tls, self.host, java, secret.store_password)
+        except sec.SecurityError as exc:
+            raise BrokerError(str(exc)) from None
+        sec.write_client_properties(self.client_properties, sec.client_options(tls, secret))
+        return sec.listener_config(self.bootstrap, controller, tls, secret)
+
+    def _secrets(self):
+        from .broker_security import Secrets
+        return Secrets.load_or_create(self.state_dir / "secrets.properties")
+
+    def _write_config(self, java: str) -> Path:
+        """server.properties for a single node; the controller listens on a free port of its own.
+        Mode 0600: a secured broker's holds the keystore and admin passwords."""
         controller = f"{self.host}:{free_port(self.host)}"
         (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
         config = self.state_dir / "server.properties"
-        config.write_text("\n".join([
+        from .broker_security import _private_write
+        _private_write(config, "\n".join([
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@{controller}",
-            f"listeners=PLAINTEXT://{self.bootstrap},CONTROLLER://{controller}",
-            f"advertised.listeners=PLAINTEXT://{self.bootstrap}",
-            "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            *self._listeners(controller, java),
             f"log.dirs={self.log_dir.resolve()}",
             "num.partitions=1",
             "offsets.topic.replication.factor=1",
             "offsets.topic.num.partitions=4",
+            "transaction.state.log.num.partitions=4",      # idempotent producers wait for its coordinator
             "transaction.state.log.replication.factor=1",
             "transaction.state.log.min.isr=1",
             "share.coordinator.state.topic.replication.factor=1",
@@ -218,9 +274,13 @@ class EmbeddedBroker:
 
     def _format(self, java: str, classpath: str, config: Path) -> None:
         cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        users = []
+        if self.secured:
+            from .broker_security import scram_format_arguments
+            users = scram_format_arguments(self._secrets())
         done = subprocess.run([java, "-Xmx256m", f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
                                "-cp", classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
-                               "-c", str(config)], capture_output=True, text=True)
+                               "-c", str(config), *users], capture_output=True, text=True)
         if done.returncode != 0:
             raise BrokerError(f"formatting {self.log_dir} failed: {(done.stdout + done.stderr).strip()[-2000:]}")
 
@@ -242,8 +302,8 @@ class EmbeddedBroker:
         return True
 
 
-def answers(bootstrap: str | None, timeout: float = 2.0) -> bool:
-    """Whether a Kafka broker at bootstrap answers a metadata request."""
+def answers(bootstrap: str | None, timeout: float = 2.0, options: dict | None = None) -> bool:
+    """Whether a Kafka broker at bootstrap answers a metadata request (with the client `options`)."""
     if not bootstrap:
         return False
     host, _, port = bootstrap.rpartition(":")
@@ -252,7 +312,8 @@ def answers(bootstrap: str | None, timeout: float = 2.0) -> bool:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
     try:
-        meta = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=timeout)
+        meta = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(options or {})}
+                           ).list_topics(timeout=timeout)
         return bool(meta.brokers)
     except KafkaException:
         return False

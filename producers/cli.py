@@ -51,8 +51,8 @@ def _rate(text: str) -> float:
 
 # ---------------------------------------------------------------------------- broker
 def cmd_broker(args) -> int:
-    broker = EmbeddedBroker(args.state_dir, args.host, args.port, args.heap)
     try:
+        broker = EmbeddedBroker(args.state_dir, args.host, args.port, args.heap, args.security)
         if args.action == "fetch":
             print(f"Apache Kafka {KAFKA_VERSION} jars in {fetch_jars()}")
         elif args.action == "start":
@@ -213,6 +213,10 @@ def register(sub) -> None:
     broker.add_argument("--state-dir", help="where the pid, log and Kafka log directories live "
                                              "(default: var/broker, or $DIRSTREAM_STATE)")
     broker.add_argument("--heap", default=DEFAULT_HEAP, help=f"the broker JVM's heap (default {DEFAULT_HEAP})")
+    broker.add_argument("--security", choices=["plaintext", "sasl_ssl"],
+                        help="the client listener: plaintext (default) or sasl_ssl (TLS + SCRAM-SHA-512; a CA, the "
+                             "broker's key pair and a user are created at the first start, and `start` prints the "
+                             "--kafka-config file for clients); fixed when the state directory is first formatted")
     broker.set_defaults(func=cmd_broker)
 
     produce = sub.add_parser("produce", help="publish traffic: simulate an enterprise, replay captures, respond")
