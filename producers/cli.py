@@ -8,7 +8,8 @@ import time
 from infra.broker import (DEFAULT_BOOTSTRAP, DEFAULT_HEAP, DEFAULT_HOST, DEFAULT_PORT, KAFKA_VERSION, BrokerError,
                           EmbeddedBroker, fetch_jars)
 
-from .kafka import CLIENTS, OUTBOUND_TOPIC, TOPICS, KafkaSettings, KafkaUnavailable, ensure_topics, publisher
+from .kafka import (CLIENTS, OUTBOUND_TOPIC, TOPICS, KafkaSecurityError, KafkaSettings, KafkaUnavailable, ensure_topics,
+                    publisher)
 from .publish import publish_all
 
 EXIT_FAILED = 1
@@ -277,7 +278,8 @@ def run_guarded(func, args) -> int:
     try:
         return func(args)
     except (KafkaUnavailable, BrokerError) as exc:
-        hint = " (start the embedded one with: dirstream broker start)" if args.bootstrap == DEFAULT_BOOTSTRAP else ""
+        hint = " (start the embedded one with: dirstream broker start)" if args.bootstrap == DEFAULT_BOOTSTRAP and \
+            not isinstance(exc, KafkaSecurityError) else ""
         print(f"dirstream: {exc}{hint}", file=sys.stderr)
         return EXIT_FAILED
     except ValueError as exc:

@@ -4,6 +4,7 @@ confluent-kafka is the default client; kafka-python is the pure-Python alternati
 same settings: librdkafka-style keys (security.protocol, sasl.mechanism, ssl.ca.location, ...)
 from a properties file or `--kafka-option key=value`, translated for kafka-python.
 """
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,10 @@ class KafkaUnavailable(RuntimeError):
     """The broker could not be reached or refused the request; the message says which and why."""
 
 
+class KafkaSecurityError(KafkaUnavailable):
+    """The broker answered but refused this client's security settings: retrying cannot help."""
+
+
 @dataclass
 class KafkaSettings:
     bootstrap: str
@@ -36,7 +41,10 @@ class KafkaSettings:
 
     @classmethod
     def from_args(cls, bootstrap: str, config_file: str | None = None, options: list[str] | None = None):
-        merged = read_properties(config_file) if config_file else {}
+        try:
+            merged = read_properties(config_file) if config_file else {}
+        except OSError as exc:
+            raise ValueError(f"cannot read --kafka-config {config_file}: {exc.strerror or exc}") from None
         for item in options or []:
             key, sep, value = item.partition("=")
             if not sep or not key.strip():
@@ -74,17 +82,89 @@ def read_properties(path: str) -> dict[str, str]:
 
 # ---------------------------------------------------------------------------- admin
 def check_reachable(settings: KafkaSettings, timeout: float = REACH_TIMEOUT_S) -> None:
+    """Kafka answers a metadata request with these settings; KafkaSecurityError at the first sign
+    that it refuses them (credentials, TLS trust, security protocol), KafkaUnavailable otherwise."""
     from confluent_kafka import KafkaException
     refused = _refusing(settings.bootstrap)
     if refused:
         raise KafkaUnavailable(f"cannot reach Kafka at {settings.bootstrap}: {refused}")
     from confluent_kafka.admin import AdminClient
-    admin = AdminClient(settings.confluent(**{"log_level": 0}))       # the error below says it once, clearly
-    try:
-        admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise KafkaUnavailable(f"cannot reach Kafka at {settings.bootstrap} within {timeout:.0f} s: "
-                               f"{exc.args[0].str() if exc.args else exc}") from None
+    heard = _Heard()
+    # what librdkafka reports goes to `heard`, not to the console: the error below says it once, clearly
+    admin = AdminClient(settings.confluent(**{"error_cb": heard.error, "logger": heard.logger, "log_level": 6}))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.list_topics(timeout=1.0)
+            return
+        except KafkaException as exc:
+            last = exc.args[0].str() if exc.args else str(exc)
+        admin.poll(0.2)                                  # serves the error and log callbacks
+        for refusal in filter(None, (security_refusal(settings, code, text) for code, text in heard.items)):
+            raise KafkaSecurityError(f"Kafka at {settings.bootstrap} {refusal}")
+        if _closed_at_first_request(settings, heard.items):
+            raise KafkaSecurityError(
+                f"Kafka at {settings.bootstrap} closes every connection at its first request: the listener expects "
+                f"TLS, not {settings.options.get('security.protocol', 'PLAINTEXT')!r} (SSL or SASL_SSL?); set "
+                f"security.protocol in --kafka-config/--kafka-option")
+        if time.monotonic() >= deadline:
+            raise KafkaUnavailable(f"cannot reach Kafka at {settings.bootstrap} within {timeout:.0f} s: {last}")
+
+
+class _Heard:
+    """librdkafka's errors and log lines of one client, as (error code or None, text)."""
+
+    def __init__(self):
+        self.items: list[tuple[int | None, str]] = []
+        self.logger = logging.getLogger(f"dirstream.kafka-check.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(_ListHandler(self.items))
+
+    def error(self, error) -> None:
+        self.items.append((error.code(), error.str()))
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, items: list):
+        super().__init__()
+        self.items = items
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.items.append((None, record.getMessage()))
+
+
+def security_refusal(settings: KafkaSettings, code: int | None, text: str) -> str | None:
+    """Why the broker refused this client's security settings (a librdkafka error or log line), in
+    one line that names the setting to check and never a secret; None when it is not about security."""
+    from confluent_kafka import KafkaError
+    options, where = settings.options, "in --kafka-config/--kafka-option"
+    if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+        return (f"refused the credentials of user {options.get('sasl.username', '(none)')!r} "
+                f"({options.get('sasl.mechanism') or options.get('sasl.mechanisms') or 'SASL'}): a wrong password "
+                f"or an unknown user; check sasl.username and sasl.password {where}")
+    if code == KafkaError._SSL or "SSL handshake failed" in text:
+        if "certificate verify failed" in text:
+            return (f"presented a TLS certificate that the CA in ssl.ca.location "
+                    f"({options.get('ssl.ca.location', 'the system CAs')}) does not sign; check ssl.ca.location {where}")
+        return f"failed the TLS handshake ({_first_clause(text)}); check the ssl.* settings {where}"
+    if "security.protocol" in text:              # librdkafka's hint on a connection closed at ApiVersion
+        return (f"closed the connection during the handshake: the listener expects another security.protocol "
+                f"than {options.get('security.protocol', 'PLAINTEXT')!r} (a TLS or SASL listener?); set "
+                f"security.protocol {where}")
+    return None
+
+
+def _closed_at_first_request(settings: KafkaSettings, heard: list, at_least: int = 3) -> bool:
+    """A client without TLS whose connections the broker keeps closing as soon as it sends its
+    first request (ApiVersion): what a TLS listener does with plaintext (librdkafka 2.x logs no hint)."""
+    if settings.options.get("security.protocol", "PLAINTEXT").upper() not in ("PLAINTEXT", "SASL_PLAINTEXT"):
+        return False
+    return sum("connection closed by peer" in text and "APIVERSION_QUERY" in text for _, text in heard) >= at_least
+
+
+def _first_clause(text: str) -> str:
+    return text.split(": ", 1)[-1].split(" (after")[0][:200]
 
 
 def _refusing(bootstrap: str) -> str | None:

@@ -72,3 +72,58 @@ def _exe(*command) -> list[str]:
     import sys
     from pathlib import Path
     return [shutil.which("dirstream", path=str(Path(sys.executable).parent)), *command]
+
+
+# ---------------------------------------------------------------- bad security input: one clear line
+def _properties(path, options: dict) -> str:
+    path.write_text("".join(f"{k}={v}\n" for k, v in options.items()))
+    return str(path)
+
+
+def _other_ca(tmp_path) -> str:
+    from infra.broker import java_binary
+    from infra.broker_security import ensure_tls
+    ensure_tls(tmp_path / "other-tls", "127.0.0.1", java_binary(), "another-store-password")
+    return str(tmp_path / "other-tls" / "ca.pem")
+
+
+BAD_SETTINGS = {
+    "wrong password": (lambda o, tmp: {**o, "sasl.password": "not-the-password"}, "refused the credentials of user 'dirstream'"),
+    "unknown user": (lambda o, tmp: {**o, "sasl.username": "nobody"}, "refused the credentials of user 'nobody'"),
+    "a CA that does not match": (lambda o, tmp: {**o, "ssl.ca.location": _other_ca(tmp)},
+                                 "does not sign; check ssl.ca.location"),
+    "a plaintext client on the TLS port": (lambda o, tmp: {}, "the listener expects TLS, not 'PLAINTEXT'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SETTINGS))
+def test_bad_security_settings_stop_the_job_and_the_producers_with_one_clear_line(secured, tmp_path, case):
+    make, expected = BAD_SETTINGS[case]
+    options = secured.client_options()
+    config = _properties(tmp_path / "bad.properties", make(options, tmp_path))
+    sink, checkpoint = tmp_path / "sink.db", tmp_path / "ckpt"
+    started = time.monotonic()
+    job = dirstream("run", "--bootstrap", secured.bootstrap, "--kafka-config", config, "--sink", f"sqlite:///{sink}",
+                    "--checkpoint", str(checkpoint), "--once", "--metrics-port", "0", timeout=120)
+    took = time.monotonic() - started
+    console = job.stdout + job.stderr
+    assert job.returncode == 2 and took < 30, (took, console)
+    assert expected in console, console
+    assert not sink.exists() and not checkpoint.exists()
+    assert "Traceback" not in console and "at org.apache" not in console and "Exception" not in console
+    assert options["sasl.password"] not in console
+    simulate = dirstream("produce", "simulate", "--bootstrap", secured.bootstrap, "--kafka-config", config,
+                         "--count", "10", timeout=120)
+    assert simulate.returncode != 0 and expected in simulate.stderr, simulate.stderr
+    assert len(simulate.stderr.strip().splitlines()) == 1, simulate.stderr
+
+
+@pytest.mark.parametrize("make", [lambda tmp: tmp / "missing.properties", lambda tmp: tmp])
+def test_a_missing_or_unreadable_properties_file_is_named(secured, tmp_path, make):
+    config = make(tmp_path)
+    job = dirstream("run", "--bootstrap", secured.bootstrap, "--kafka-config", str(config), "--sink",
+                    f"sqlite:///{tmp_path / 'sink.db'}", "--checkpoint", str(tmp_path / "ckpt"), "--once", timeout=120)
+    assert job.returncode == 2 and f"cannot read --kafka-config {config}" in job.stdout + job.stderr
+    assert not (tmp_path / "ckpt").exists() and not (tmp_path / "sink.db").exists()
+    simulate = dirstream("produce", "simulate", "--bootstrap", secured.bootstrap, "--kafka-config", str(config))
+    assert simulate.returncode == 2 and f"cannot read --kafka-config {config}" in simulate.stderr

@@ -87,7 +87,12 @@ def _run(args) -> int:
     logging.getLogger("dirstream").addHandler(ConsoleHandler(console))
     say = lambda text: (log.info("%s", text), console.notice(text))  # noqa: E731
     print(f"dirstream run: Spark's and the job's log in {log_file}", file=err, flush=True)
-    settings_options = _kafka_options(args)
+    try:
+        settings_options = _kafka_options(args)
+        _check_security(args.bootstrap, settings_options)
+    except (ValueError, RuntimeError) as exc:     # a bad --kafka-config, or Kafka refused its settings
+        say(f"dirstream run: {exc}")
+        return 2
     os.makedirs(args.checkpoint, exist_ok=True)
     opts = source_options(args.bootstrap, settings_options,
                           args.topics.split(",") if args.topics else None, args.starting_offsets, args.max_records,
@@ -240,6 +245,19 @@ def _create_missing_raw_topics(bootstrap: str, options: dict, log) -> None:
 def _ensure_topic(bootstrap: str, options: dict, topic: str, partitions: int = 1) -> None:
     from producers.kafka import KafkaSettings, ensure_topics
     ensure_topics(KafkaSettings(bootstrap, options), {topic: partitions})
+
+
+def _check_security(bootstrap: str, options: dict) -> None:
+    """Before anything is written: Kafka refusing these settings (credentials, TLS trust, security
+    protocol) stops the job with the reason (KafkaSecurityError); retrying would not help. A broker
+    that does not answer yet is waited for later, as before."""
+    from producers.kafka import KafkaSettings, KafkaUnavailable, KafkaSecurityError, check_reachable
+    try:
+        check_reachable(KafkaSettings(bootstrap, options))
+    except KafkaSecurityError:
+        raise
+    except KafkaUnavailable:
+        pass
 
 
 def _kafka_options(args) -> dict:
