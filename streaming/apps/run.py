@@ -107,8 +107,9 @@ def _run(args) -> int:
             say(f"dirstream run: {exc}")
             return 2
     conf = dict(item.split("=", 1) for item in args.spark_conf)
+    from ..sinks import masked
     log.info("reading %s from %s; writing %s; checkpoint %s; master %s", opts.get("topics") or opts["topicPattern"],
-             args.bootstrap, args.sink, args.checkpoint, args.master)
+             args.bootstrap, masked(args.sink), args.checkpoint, args.master)
     spark = build_spark(args.master, conf=conf)
     echo = lambda line: (log.info("%s", line), console.info(line))  # noqa: E731
     metrics = _serve_metrics(args, {"bootstrap.servers": args.bootstrap, **settings_options}, say)

@@ -3,6 +3,8 @@ while the job writes), PostgreSQL sessions read-only."""
 import sqlite3
 from urllib.parse import urlparse
 
+from ..sinks import masked
+
 
 class SinkUnavailable(RuntimeError):
     pass
@@ -28,9 +30,9 @@ class SinkReader:
                 self.conn = psycopg.connect(url.replace("postgres://", "postgresql://", 1), connect_timeout=10,
                                             autocommit=True, options="-c default_transaction_read_only=on")
             except psycopg.OperationalError as exc:
-                raise SinkUnavailable(f"cannot open the PostgreSQL sink {url}: {exc}") from None
+                raise SinkUnavailable(f"cannot open the PostgreSQL sink {masked(url)}: {exc}") from None
         else:
-            raise SinkUnavailable(f"unsupported sink URL {url!r}: use sqlite:///path.db or postgresql://...")
+            raise SinkUnavailable(f"unsupported sink URL {masked(url)!r}: use sqlite:///path.db or postgresql://...")
 
     def has_table(self, name: str) -> bool:
         if self.dialect == "sqlite":

@@ -134,7 +134,7 @@ def open_sink(url: str) -> "Sink":
         return SQLiteSink(url)
     if scheme in ("postgresql", "postgres"):
         return PostgresSink(url)
-    raise SinkError(f"unsupported sink URL {url!r}: use sqlite:///path.db or postgresql://user@host/db")
+    raise SinkError(f"unsupported sink URL {masked(url)!r}: use sqlite:///path.db or postgresql://user@host/db")
 
 
 class Sink:
@@ -287,7 +287,7 @@ class PostgresSink(Sink):
         try:
             return psycopg.connect(self.url.replace("postgres://", "postgresql://", 1), connect_timeout=10)
         except psycopg.OperationalError as exc:
-            raise SinkError(f"cannot open PostgreSQL sink {self.url}: {exc}") from None
+            raise SinkError(f"cannot open PostgreSQL sink {masked(self.url)}: {exc}") from None
 
     def _transaction(self):
         return _PostgresTransaction(self.conn)
@@ -304,6 +304,16 @@ class _PostgresTransaction:
 
     def __exit__(self, *exc):
         return self.tx.__exit__(*exc)
+
+
+def masked(url: str) -> str:
+    """A sink URL as it may be shown: its password replaced by ***."""
+    parts = urlparse(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return parts._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
 
 
 def as_bool(value) -> bool:
