@@ -37,8 +37,19 @@ def kafka_broker(tmp_path_factory):
     from infra.broker import EmbeddedBroker
     b = EmbeddedBroker(tmp_path_factory.mktemp("kafka"), port=free_port())
     b.start()
+    _first_idempotent_write(b.bootstrap)
     yield b
     b.stop()
+
+
+def _first_idempotent_write(bootstrap: str) -> None:
+    """A brand-new broker loads its transaction coordinator when the first idempotent producer asks
+    for its producer id; seen to take over a minute on a fresh machine (the live capture test, whose
+    producer must finish within 60 s of Ctrl-C, failed on it). Taken here, once per session."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "log_level": 0})
+    producer.produce("dirstream-warm-up", b"1")
+    producer.flush(180)
 
 
 @pytest.fixture
