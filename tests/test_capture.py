@@ -196,9 +196,12 @@ def test_a_live_capture_publishes_what_crosses_the_interface_until_ctrl_c(broker
     from streaming.wire.envelope import decode_envelope
     from streaming.wire.topics import TOPICS
     exe = shutil.which("dirstream", path=str(Path(sys.executable).parent))
+    # Ctrl-C as a terminal delivers it, even when the suite itself was started in the background
+    # (a non-interactive shell starts background commands with SIGINT ignored, and Python keeps that)
     proc = subprocess.Popen([exe, "produce", "capture", "--bootstrap", broker, "--interface", "lo",
                              "--bpf", "tcp port 1801 or udp port 1801"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         line = proc.stderr.readline()
