@@ -8,6 +8,7 @@ BIN := $(VENV)/bin
 # The virtual environment and the embedded broker's Kafka jars (fetched once from Maven Central).
 setup: $(VENV)/.installed
 	$(BIN)/dirstream broker fetch
+	$(BIN)/python -m infra.pyspark_bytecode
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

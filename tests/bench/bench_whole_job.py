@@ -118,22 +118,26 @@ def _tree_rss(root: int) -> int:
     return total
 
 
-def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | None = None) -> dict:
-    """`dirstream run --once` into a fresh sink; wall time, peak memory, per-query figures. profile:
-    where py-spy's samples of the driver and every Python worker go (raw format), then summarised."""
+def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | None = None,
+            code: Path | None = None) -> dict:
+    """`dirstream run --once` into a fresh sink; wall time, peak memory, the machine's CPU seconds
+    while it ran, per-query figures. profile: where py-spy's samples of the driver and every Python
+    worker go (raw format), then summarised. code: run the project's code from that folder (another
+    revision's checkout) instead of this one."""
     sink = f"sqlite:///{workdir}/{name}.db"
-    started = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(code)} if code else None
+    started, cpu_before = time.perf_counter(), _busy_cpu_s()
     spy = ([shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses",
             "--nonblocking", "--rate", "50", "--format", "raw", "--output", str(profile), "--"] if profile else [])
     proc = subprocess.Popen([*spy, EXE, "run", "--once", "--bootstrap", bootstrap, "--sink", sink, "--checkpoint",
                              str(workdir / f"ckpt-{name}"), "--master", "local[2]", "--pec-name", "pec0",
                              "--log-format", "plain", "--log-file", str(workdir / f"{name}.log"), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     memory = TreeMemory(proc.pid)
     memory.start()
     out, _ = proc.communicate()
     memory.done = True
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, _busy_cpu_s() - cpu_before
     if proc.returncode != 0:
         raise RuntimeError(f"dirstream run {name} failed:\n{out[-3000:]}")
     from streaming.sinks import open_sink
@@ -150,7 +154,31 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
     if profile:
         print_profile(profile)
     return {"wall_s": wall, "steady_s": last - first, "queries": per_query, "peak_rss": memory.peak,
-            "objects": objects}
+            "objects": objects, "cpu_s": cpu}
+
+
+def _busy_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy (all but idle and iowait), from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def compare_runs(bootstrap: str, workdir: Path, total: int, baseline: Path, runs: int) -> None:
+    """The whole job alternately on a baseline checkout and on this code, on the same published data:
+    steady rate, wall and CPU seconds per run, and the ratio of the medians."""
+    import statistics
+    results: dict[str, list[dict]] = {"baseline": [], "current": []}
+    for i in range(runs):
+        for label, code in (("baseline", baseline), ("current", None)):
+            job = run_job(bootstrap, workdir, f"job-{label}-{i}", code=code)
+            results[label].append(job)
+            print(f"   run {i + 1} {label:<8} {total / job['steady_s']:>7,.0f} msg/s steady ({job['steady_s']:.1f} s), "
+                  f"wall {job['wall_s']:.1f} s, {job['cpu_s']:.0f} CPU s, peak {job['peak_rss'] / 2**20:,.0f} MiB",
+                  flush=True)
+    med = {k: (statistics.median(j["steady_s"] for j in v), statistics.median(j["cpu_s"] for j in v))
+           for k, v in results.items()}
+    print(f"current / baseline ({baseline}), medians of {runs}: steady rate {med['baseline'][0] / med['current'][0]:.2f}x"
+          f", CPU seconds {med['current'][1] / med['baseline'][1]:.2f} of the baseline's")
 
 
 def print_profile(raw: Path, top: int = 12) -> None:
@@ -247,7 +275,7 @@ def spark_kafka_connector() -> str:
 
 
 def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: Path | None = None,
-              only_job: bool = False) -> dict:
+              only_job: bool = False, baseline: Path | None = None, runs: int = 3) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"dirstream-bench-{name}-"))
     broker = EmbeddedBroker(workdir / "broker", port=19398)
     broker.start()
@@ -257,6 +285,9 @@ def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: P
         total = sum(pub["counts"].values())
         print(f"\n== mix {name} (ms between directory operations {op_interval}): {total:,} messages "
               f"{pub['counts']}, {pub['changes']:,} directory changes, published in {time.perf_counter() - t:.0f} s")
+        if baseline:                    # before/after: the whole job alone, alternating
+            compare_runs(broker.bootstrap, workdir, total, baseline, runs)
+            return {"mix": name}
         if only_job:                    # for profiling: the whole job alone
             job = run_job(broker.bootstrap, workdir, "job", profile=profile and profile / f"job-{name}.txt")
             print(f"whole job: {total / job['steady_s']:,.0f} msg/s steady ({job['steady_s']:.1f} s), "
@@ -319,13 +350,16 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, help="folder: run the whole job under py-spy (driver and "
                                                      "Python workers) and print the top lines")
     parser.add_argument("--only-job", action="store_true", help="measure the whole job alone (profiling)")
+    parser.add_argument("--baseline", type=Path, help="a checkout of another revision (git worktree add DIR REV): "
+                                                      "the whole job alternately on it and on this code")
+    parser.add_argument("--runs", type=int, default=3, help="with --baseline: runs of each (default 3)")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     if not args.only_job:
         print(spark_kafka_connector())
     for name in args.mix or list(MIXES):
-        bench_mix(name, MIXES[name], args.messages, args.profile, args.only_job)
+        bench_mix(name, MIXES[name], args.messages, args.profile, args.only_job, args.baseline, args.runs)
     return 0
 
 
