@@ -6,6 +6,7 @@ job and `dirstream produce respond` do it through Kafka. Rows are kept like the 
 them: the last row per table key wins.
 """
 import itertools
+import random
 import json
 from datetime import datetime
 
@@ -39,8 +40,12 @@ def arrival_ms(envelope: dict) -> int:
 
 class OfflineJob:
     def __init__(self, truth: dict | None = None, pec_name: str | None = None, cn_settings: Settings | None = None,
-                 watermark_delay_ms: int = 10_000, first_arrivals: bool = False):
+                 watermark_delay_ms: int = 10_000, first_arrivals: bool = False, tasks: int = 0, seed: int = 0):
         self.first_arrivals = FirstArrivals() if first_arrivals else None   # as the job publishes them
+        # tasks > 0: each micro-batch's servers go to that many reading tasks at random, each passing
+        # its versions through its own FirstArrivals.pre_select first, as the operator does
+        self.tasks, self.rng = tasks, random.Random(seed)
+        self.task_of: dict[str, FirstArrivals] = {}
         self.states: dict[str, tuple[ServerState, DictBackend]] = {}
         self.qms: dict[str, QMState] = {}
         self.cn_settings = cn_settings or Settings()
@@ -54,6 +59,7 @@ class OfflineJob:
         self.held: dict[str, list[Row]] = {}          # queue manager -> rows the clock has not passed yet
         self.offsets = itertools.count()
         self.versions_published = 0
+        self.versions_dropped_in_tasks = 0
 
     def replica(self, server: str) -> Replica:
         state, backend = self.states.setdefault(server, (ServerState(server), DictBackend()))
@@ -64,6 +70,10 @@ class OfflineJob:
         queue manager's notifications; then the timers the watermark has passed."""
         by_server: dict[str, list[dict]] = {}
         by_qm: dict[str, list[dict]] = {}
+        if self.tasks:                              # a new micro-batch: new tasks
+            per_task = [FirstArrivals() for _ in range(self.tasks)]
+            self.task_of = {server: self.rng.choice(per_task) for server in set(self.states) | {
+                env["destination_machine"] for env in envelopes}}
         for env in sorted(envelopes, key=arrival_ms):
             self.max_event_ms = max(self.max_event_ms, arrival_ms(env))
             if env["protocol"].lower() == "mqdsrp":
@@ -125,6 +135,10 @@ class OfflineJob:
             if table == "outbound_messages":
                 self.outbound.append(row)
                 self._answer(row)
+        if r.name in self.task_of:
+            passed = self.task_of[r.name].pre_select(versions)
+            self.versions_dropped_in_tasks += len(versions) - len(passed)
+            versions = passed
         for record in self.first_arrivals.select(versions) if self.first_arrivals else versions:
             self.versions_published += 1
             self.held.setdefault(record.owner, []).append(directory_row(json.loads(record.text),

@@ -153,8 +153,8 @@ def test_the_same_traffic_in_random_micro_batches_gives_the_same_tables(seed):
 MQCN_TABLES = ("queue_managers", "qm_queues", "notifications", "notification_batches")
 
 
-def _mqcn_tables(envelopes, truth, cuts, first_arrivals: bool) -> tuple[dict, int]:
-    job = OfflineJob(truth, pec_name="pec0", first_arrivals=first_arrivals)
+def _mqcn_tables(envelopes, truth, cuts, first_arrivals: bool, tasks: int = 0, seed: int = 0) -> tuple[dict, int]:
+    job = OfflineJob(truth, pec_name="pec0", first_arrivals=first_arrivals, tasks=tasks, seed=seed)
     bounds = [0] + sorted(set(cuts)) + [len(envelopes)]
     for lo, hi in zip(bounds, bounds[1:]):
         if hi > lo:
@@ -163,7 +163,7 @@ def _mqcn_tables(envelopes, truth, cuts, first_arrivals: bool) -> tuple[dict, in
     end = job.max_event_ms + 3_600_000                 # the quiet hour after the run
     job.fire_timers(end)
     job.fire_qm_timers(end)
-    return {t: job.tables.get(t) for t in MQCN_TABLES}, job.versions_published
+    return {t: job.tables.get(t) for t in MQCN_TABLES}, job.versions_published, job.versions_dropped_in_tasks
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -177,11 +177,17 @@ def test_the_first_arrival_of_each_version_gives_the_mqcn_operator_the_same_tabl
     envelopes, truth = run(60 + seed, 1200, reorder=0.1, duplicate=0.05, drop=0.03 * (seed % 3), nack=0.01,
                            corrupt=0.01, unauthenticated=0.05)
     cuts = rng.sample(range(1, len(envelopes)), rng.randint(1, 40))
-    every, published_every = _mqcn_tables(envelopes, truth, cuts, first_arrivals=False)
-    first, published_first = _mqcn_tables(envelopes, truth, cuts, first_arrivals=True)
+    every, published_every, _ = _mqcn_tables(envelopes, truth, cuts, first_arrivals=False)
+    first, published_first, _ = _mqcn_tables(envelopes, truth, cuts, first_arrivals=True)
     assert every["notifications"] and every["qm_queues"]
     assert first == every
     assert published_first < 0.7 * published_every
+    # each micro-batch's replicas spread over 1-4 reading tasks at random, each task dropping the
+    # copies its own earlier output makes redundant (FirstArrivals.pre_select): the same tables again
+    in_tasks, published_in_tasks, dropped = _mqcn_tables(envelopes, truth, cuts, first_arrivals=True,
+                                                         tasks=1 + seed % 4, seed=seed)
+    assert in_tasks == every
+    assert published_in_tasks == published_first and dropped > 0
 
 
 def test_first_arrivals_pass_an_earlier_or_different_copy_and_machines_without_a_quota():

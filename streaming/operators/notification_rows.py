@@ -124,6 +124,15 @@ class FirstArrivals:
             del self._earliest[next(iter(self._earliest))]
         return True
 
+    def pre_select(self, records: list[VersionRecord]) -> list[VersionRecord]:
+        """In a reading task, before select (issue 28): the records in their order, less each copy
+        that an earlier-or-equally dated copy of the same content, passed earlier by this task, makes
+        redundant. Every record a task outputs reaches select in the same micro-batch (a failed task
+        runs again with a new FirstArrivals), where that earlier copy sorts first and drops it anyway;
+        so select passes on the same records, with fewer to format, ship and sort. Not sorted: an
+        earlier copy coming second is passed too."""
+        return [r for r in records if self.keep(r.first_key, r.event_ms)]
+
     def select(self, records: list[VersionRecord]) -> list[VersionRecord]:
         """The records to pass on, in event-time order (so that a batch's earliest copy is the one kept)."""
         timed = sorted(range(len(records)), key=lambda i: (records[i].event_ms, i))

@@ -61,6 +61,7 @@ class ReplicationProcessor(StatefulProcessor):
         self.control = handle.getValueState("replica", StructType([StructField("state", BinaryType())]))
         self.objects = handle.getMapState("objects", StructType([StructField("bucket", IntegerType())]),
                                           StructType([StructField("blob", BinaryType())]))
+        self.task_arrivals = FirstArrivals()   # init runs once per task: what this task's output passes on
 
     def _replica(self, server: str) -> Replica:
         st = state_from_bytes(bytes(self.control.get()[0])) if self.control.exists() else ServerState(server)
@@ -87,6 +88,8 @@ class ReplicationProcessor(StatefulProcessor):
     def _finish(self, r: Replica, dead: list | None = None):
         r.store.flush()
         rows = step_rows(r, r.s.now_ms, self.id_scope) + (dead or [])
+        versions = self.task_arrivals.pre_select([p for t, p in rows if t == VERSIONS])
+        rows = [(t, p) for t, p in rows if t != VERSIONS] + [(VERSIONS, p) for p in versions]
         self.control.update((state_to_bytes(r.s),))
         replace_timers(self.handle, r.next_timer_ms(), self.fired_ms)
         if rows:
