@@ -1,5 +1,7 @@
 """The MQDSRP replica state machine, event by event, from MC-MQDSRP section 3 and the digest's
 readings of its defective places (shared/spec/digests/mqdsrp_digest.md)."""
+import marshal
+
 import pytest
 
 from streaming.operators.replica_store import DictBackend, ObjectStore
@@ -708,3 +710,105 @@ def test_the_health_fields_survive_the_state_round_trip_and_old_states_decode():
     old[4] = [p[:10] for p in old[4]]                               # a checkpoint written before them
     before = state_from_bytes(marshal.dumps(tuple(old))).partitions[SITE]
     assert (before.last_seq, before.seen_seq, before.last_change_ms) == (1, MIN_SEQ_NUMBER, 0)
+
+
+# ---------------------------------------------------------------- the object store's layout (issue 28)
+class CountingBackend(DictBackend):
+    """A DictBackend that counts its round trips, as the job's MapState would make them."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = {"load": 0, "get": 0, "save": 0}
+
+    def load(self, bucket):
+        self.calls["load"] += 1                 # containsKey then getValue in the job: two round trips
+        return super().load(bucket)
+
+    def get(self, bucket):
+        self.calls["get"] += 1
+        return super().get(bucket)
+
+    def save(self, bucket, data):
+        self.calls["save"] += 1
+        super().save(bucket, data)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_store_holds_what_a_dict_holds_through_resizes_and_restarts(seed, monkeypatch):
+    """Random puts, updates and removes (objects with path names) over random steps, each step a new
+    store on the state restored from bytes, as the job runs a micro-batch: every object and path is
+    found as a plain dict says; the buckets double as the directory grows; the layout names exactly
+    the buckets the backend holds, counts exactly its entries, and a bucket is never asked for
+    before it is read."""
+    import random
+    from streaming.operators import replica_store
+    from streaming.operators.replica_store import DirObject, bucket_of
+    monkeypatch.setattr(replica_store, "ENTRIES_PER_BUCKET", 1 + seed % 4)
+    rng = random.Random(seed)
+    state, backend = ServerState("bsc1"), CountingBackend()
+    model: dict[str, DirObject] = {}
+    sizes = set()
+    for _step in range(60):
+        state = state_from_bytes(state_to_bytes(state))
+        store = Replica(state, ObjectStore(backend)).store
+        for _ in range(rng.randint(0, 12)):
+            guid = queue_guid(rng.randint(1, 150))
+            if rng.random() < 0.25:
+                assert (store.remove(guid) is None) == (guid not in model)
+                model.pop(guid, None)
+            else:
+                obj = DirObject(guid, SITE, 1, f"QM\\Q{guid[-4:]}", rng.randint(1, 99), {7: rng.random()})
+                store.put(obj, index_path=guid not in model)
+                model[guid] = obj
+        for guid in rng.sample([queue_guid(i) for i in range(1, 151)], 10):
+            got = store.get(guid)
+            assert (got.to_tuple() if got else None) == (model[guid].to_tuple() if guid in model else None)
+        store.flush()
+        layout = state.store_layout
+        sizes.add(layout.buckets)
+        assert layout.present == set(backend.data)
+        entries = {k for raw in backend.data.values() for k in marshal.loads(raw)}
+        assert layout.entries == len(entries) == len(model) + len({o.path_name.lower() for o in model.values()})
+        assert all(bucket_of(k, layout.buckets) == b for b, raw in backend.data.items() for k in marshal.loads(raw))
+    assert backend.calls["load"] == 0
+    assert {o.guid for o in ObjectStore(backend, state.store_layout).all_objects()} == set(model)
+    assert len(sizes) >= 3 and all(n & (n - 1) == 0 for n in sizes)
+
+
+def test_a_state_written_before_layouts_keeps_its_256_buckets():
+    """A checkpoint of an earlier version: objects in 256 buckets, no layout in the state. They are
+    found (the backend is asked whether a bucket exists), and the buckets stay as they are."""
+    from streaming.operators.replica_store import LEGACY_BUCKETS, DirObject, bucket_of
+    backend = CountingBackend()
+    for i in range(1, 40):
+        guid = queue_guid(i)
+        b = bucket_of(guid, LEGACY_BUCKETS)
+        bucket = marshal.loads(backend.data[b]) if b in backend.data else {}
+        bucket[guid] = DirObject(guid, SITE, 1, None, i, {}).to_tuple()
+        backend.data[b] = marshal.dumps(bucket)
+    old = list(marshal.loads(state_to_bytes(ServerState("bsc1"))))
+    state = state_from_bytes(marshal.dumps(tuple(old[:-1])))            # without the layout
+    assert state.store_layout.buckets == LEGACY_BUCKETS and state.store_layout.present is None
+    store = Replica(state, ObjectStore(backend)).store
+    assert store.get(queue_guid(7)).seq_number == 7 and backend.calls["load"] >= 1
+    for i in range(40, 3000):
+        store.put(DirObject(queue_guid(i), SITE, 1, None, i, {}), index_path=False)
+    store.flush()
+    assert state_from_bytes(state_to_bytes(state)).store_layout.buckets == LEGACY_BUCKETS
+    assert len(backend.data) == LEGACY_BUCKETS
+
+
+def test_a_busy_step_makes_few_round_trips_on_a_small_directory():
+    """The reason for the layout: 2,000 queues (4,000 entries with their path names), one step
+    changing 500 of them reads and writes 8 buckets, one round trip each (256 buckets before, each
+    asked for first)."""
+    s = Server()
+    s.send(propagation([create_queue(i, i) for i in range(1, 2001)]))
+    backend = CountingBackend()
+    backend.data = dict(s.backend.data)
+    r = Replica(s.state, ObjectStore(backend))
+    for i in range(1, 2001, 4):
+        r.store.put(r.store.get(queue_guid(i)), index_path=False)
+    r.store.flush()
+    assert s.state.store_layout.buckets == 8 and s.state.store_layout.entries == 4000
+    assert backend.calls == {"load": 0, "get": 8, "save": 8}

@@ -1,16 +1,25 @@
 """Directory objects of one replica, kept in hash buckets (sans-IO).
 
 A directory server can hold hundreds of thousands of objects. Reading and writing state once per
-object costs a state-store round trip each, so objects live in a fixed number of buckets: a
-micro-batch loads each bucket it touches once and writes it back once. The backend is a mapping
-bucket number -> bytes (a dict in tests, Spark MapState in the job).
+object costs a state-store round trip each, so objects live in buckets: a micro-batch loads each
+bucket it touches once and writes it back once. The backend is a mapping bucket number -> bytes
+(a dict in tests, Spark MapState in the job).
+
+How many buckets (issue 28): each round trip to the state store costs more than marshalling a few
+hundred objects, and a micro-batch of a busy replica touches nearly every bucket, so the number of
+buckets follows the directory: a power of two keeping about ENTRIES_PER_BUCKET entries per bucket,
+doubled (every entry moved once) when the directory outgrows it. The layout (bucket count, entry
+count, which buckets exist, so that a bucket is read without asking first whether it exists) is
+part of the replica's state (StoreLayout in its ServerState). A state written before the layout
+existed has 256 buckets and keeps them.
 """
 import marshal
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
-BUCKETS = 256
+LEGACY_BUCKETS = 256
+ENTRIES_PER_BUCKET = 512
 
 
 @dataclass(slots=True)
@@ -31,8 +40,32 @@ def _frozen(obj: DirObject) -> DirObject:
     return DirObject(obj.guid, obj.partition_id, obj.object_type, obj.path_name, obj.seq_number, dict(obj.properties))
 
 
+@dataclass
+class StoreLayout:
+    """buckets: a power of two; entries (objects and path-index entries) and present (the buckets
+    the backend holds) are None when unknown: a state written before layouts (256 buckets), which
+    asks the backend instead and never resizes."""
+    buckets: int = 1
+    entries: int | None = 0
+    present: set[int] | None = field(default_factory=set)
+
+    def to_tuple(self) -> tuple:
+        return (self.buckets, self.entries, sorted(self.present) if self.present is not None else None)
+
+    @classmethod
+    def from_tuple(cls, t) -> "StoreLayout":
+        buckets, entries, present = t
+        return cls(buckets, entries, set(present) if present is not None else None)
+
+    @classmethod
+    def legacy(cls) -> "StoreLayout":
+        return cls(LEGACY_BUCKETS, None, None)
+
+
 class BucketBackend(Protocol):
-    def load(self, bucket: int) -> bytes | None: ...
+    def load(self, bucket: int) -> bytes | None: ...       # None: no such bucket
+
+    def get(self, bucket: int) -> bytes: ...               # a bucket known to exist
 
     def save(self, bucket: int, data: bytes | None) -> None: ...
 
@@ -46,6 +79,9 @@ class DictBackend:
     def load(self, bucket: int) -> bytes | None:
         return self.data.get(bucket)
 
+    def get(self, bucket: int) -> bytes:
+        return self.data[bucket]
+
     def save(self, bucket: int, data: bytes | None) -> None:
         if data is None:
             self.data.pop(bucket, None)
@@ -56,15 +92,16 @@ class DictBackend:
         return iter(list(self.data))
 
 
-def bucket_of(key: str) -> int:
-    return zlib.crc32(key.encode()) % BUCKETS
+def bucket_of(key: str, buckets: int = LEGACY_BUCKETS) -> int:
+    return zlib.crc32(key.encode()) % buckets
 
 
 class ObjectStore:
     """Objects by GUID plus a path-name index (3.1.5.2 changes may name an object by PathName)."""
 
-    def __init__(self, backend: BucketBackend):
+    def __init__(self, backend: BucketBackend, layout: StoreLayout | None = None):
         self.backend = backend
+        self.layout = layout if layout is not None else StoreLayout()   # the replica's (Replica attaches it)
         self._loaded: dict[int, dict[str, tuple]] = {}
         self._dirty: set[int] = set()
         self.touched: dict[str, DirObject | None] = {}     # guid -> object after this batch (None: removed)
@@ -77,29 +114,63 @@ class ObjectStore:
 
     # ------------------------------------------------------------ buckets
     def _bucket(self, key: str, b: int | None = None) -> dict[str, tuple]:
-        b = bucket_of(key) if b is None else b
+        b = bucket_of(key, self.layout.buckets) if b is None else b
         bucket = self._loaded.get(b)
         if bucket is None:
-            raw = self.backend.load(b)
-            bucket = marshal.loads(raw) if raw else {}
-            self._loaded[b] = bucket
+            bucket = self._loaded[b] = self._read(b)
         return bucket
 
+    def _read(self, b: int) -> dict[str, tuple]:
+        present = self.layout.present
+        if present is None:                 # a legacy layout: ask the backend
+            raw = self.backend.load(b)
+        else:
+            raw = self.backend.get(b) if b in present else None
+        return marshal.loads(raw) if raw else {}
+
     def _write(self, key: str, value) -> None:
-        b = bucket_of(key)
+        b = bucket_of(key, self.layout.buckets)
         bucket = self._bucket(key, b)
         if value is None:
-            bucket.pop(key, None)
+            had = bucket.pop(key, None) is not None
+            change = -1 if had else 0
         else:
+            change = 0 if key in bucket else 1
             bucket[key] = value
+        if self.layout.entries is not None:
+            self.layout.entries += change
         self._dirty.add(b)
 
     def flush(self) -> None:
-        """Write every changed bucket back to the backend."""
+        """Write every changed bucket back to the backend (after doubling the buckets if the directory
+        has outgrown them)."""
+        layout = self.layout
+        if layout.entries is not None and layout.present is not None:
+            target = layout.buckets
+            while layout.entries > ENTRIES_PER_BUCKET * target:
+                target *= 2
+            if target != layout.buckets:
+                self._resize(target)
         for b in sorted(self._dirty):
             bucket = self._loaded[b]
             self.backend.save(b, marshal.dumps(bucket) if bucket else None)
+            if layout.present is not None:
+                (layout.present.add if bucket else layout.present.discard)(b)
         self._dirty.clear()
+
+    def _resize(self, buckets: int) -> None:
+        """Every entry into its bucket of the new count; every bucket written again (old ones left
+        empty are removed)."""
+        old = set(self.layout.present) | set(self._loaded)
+        entries: dict[str, tuple] = {}
+        for b in sorted(old):
+            entries.update(self._loaded[b] if b in self._loaded else self._read(b))
+        moved: dict[int, dict[str, tuple]] = {b: {} for b in old}
+        for key, value in entries.items():
+            moved.setdefault(bucket_of(key, buckets), {})[key] = value
+        self.layout.buckets = buckets
+        self._loaded = moved
+        self._dirty = set(moved)
 
     # ------------------------------------------------------------ objects
     def get(self, guid: str) -> DirObject | None:
@@ -133,10 +204,11 @@ class ObjectStore:
 
     def all_objects(self) -> Iterator[DirObject]:
         """Every object (sync0 walks a whole partition; rare, so it may load every bucket)."""
-        for b in sorted(set(self.backend.buckets()) | set(self._loaded)):
+        present = self.layout.present
+        stored = self.backend.buckets() if present is None else present
+        for b in sorted(set(stored) | set(self._loaded)):
             if b not in self._loaded:
-                raw = self.backend.load(b)
-                self._loaded[b] = marshal.loads(raw) if raw else {}
+                self._loaded[b] = self._read(b)
             for key, value in list(self._loaded[b].items()):
                 if not key.startswith("path:"):
                     yield DirObject(*value)

@@ -34,7 +34,7 @@ from ..wire.mqdsrp import DirectoryChange
 from ..wire.properties import Property, object_type_of
 from ..wire.propids import propid
 from ..wire.seqnum import MAX_SEQ_NUMBER, MIN_SEQ_NUMBER, add, subtract
-from .replica_store import DirObject, ObjectStore
+from .replica_store import DirObject, ObjectStore, StoreLayout
 
 PEC_PARTITION_ID = GUID_NULL
 PENDING_LIMIT = 100                  # 3.1.7.2.2
@@ -134,6 +134,7 @@ class ServerState:
     now_ms: int = 0
     messages_sent: int = 0
     initialized: bool = False
+    store_layout: StoreLayout = field(default_factory=StoreLayout)    # how its objects are bucketed
 
 
 # ================================================================== outputs
@@ -162,6 +163,7 @@ class Replica:
     def __init__(self, state: ServerState, store: ObjectStore, pec_name: str | None = None):
         self.s = state
         self.store = store
+        store.layout = state.store_layout       # persisted with the state, beside the buckets it describes
         self.pec_name = pec_name
         self.out: list[Outbound] = []
         self.pending_events: list[PendingEvent] = []
@@ -933,13 +935,15 @@ def state_to_bytes(s: ServerState) -> bytes:
         [_neighbor_tuple(n) for n in s.psc_neighbors.values()], [_neighbor_tuple(n) for n in s.bsc_neighbors.values()],
         [(d.identifier, d.partition_id, d.seq_number, d.object_type, d.scope) for d in s.deleted.values()],
         [(k, f.requester, f.request_id, f.psc_name, f.deadline_ms) for k, f in s.forwarded.items()],
-        s.nack_resends, s.bsc_ack_due_ms, s.now_ms, s.messages_sent, s.initialized))
+        s.nack_resends, s.bsc_ack_due_ms, s.now_ms, s.messages_sent, s.initialized, s.store_layout.to_tuple()))
 
 
 def state_from_bytes(raw: bytes) -> ServerState:
     (version, name, site_id, my_psc, partitions, pscs, bscs, deleted, forwarded, nack_resends, bsc_ack_due,
-     now_ms, sent, initialized) = marshal.loads(raw)
-    s = ServerState(name, site_id, my_psc)
+     now_ms, sent, initialized, *layout) = marshal.loads(raw)
+    # a state written before the store layout (checkpoints of earlier versions) has 256 buckets
+    s = ServerState(name, site_id, my_psc,
+                    store_layout=StoreLayout.from_tuple(layout[0]) if layout else StoreLayout.legacy())
     for pid, auth, last, purged, allowed, state, prev_purged, cmw, pending, initial, *health in partitions:
         # a state written before the health fields lacks them (checkpoints of earlier versions)
         s.partitions[pid] = Partition(pid, auth, last, purged, allowed, state, prev_purged, cmw,

@@ -85,21 +85,45 @@ def decode_ceiling(sample: dict, counts: dict) -> float:
 
 
 class TreeMemory(threading.Thread):
-    """Peak resident memory of a process and its descendants (the JVM, the Python workers)."""
+    """Peak resident memory of a process and its descendants (the JVM, the Python workers), and the
+    CPU seconds each kind of process used (the last figure seen for each process, every 0.5 s)."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
         self.pid, self.peak, self.done = pid, 0, False
+        self.cpu: dict[int, tuple[str, float]] = {}         # pid -> (kind, CPU seconds)
 
     def run(self) -> None:
         while not self.done:
-            self.peak = max(self.peak, _tree_rss(self.pid))
+            rss, cpu = _tree_stats(self.pid)
+            self.peak = max(self.peak, rss)
+            self.cpu.update(cpu)
             time.sleep(0.5)
 
+    def cpu_by_kind(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for kind, seconds in self.cpu.values():
+            out[kind] = out.get(kind, 0.0) + seconds
+        return out
 
-def _tree_rss(root: int) -> int:
+
+def _kind(pid: int, root: int) -> str:
+    if pid == root:
+        return "driver (Python)"
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "other"
+    if "java" in cmd.split(" ", 1)[0]:
+        return "JVM"
+    return "Python workers" if "python" in cmd else "other"
+
+
+def _tree_stats(root: int) -> tuple[int, dict[int, tuple[str, float]]]:
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -108,14 +132,16 @@ def _tree_rss(root: int) -> int:
             fields = stat[stat.rindex(")") + 2:].split()
             children.setdefault(int(fields[1]), []).append(int(entry))
             rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+            cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
         except (OSError, ValueError, IndexError):
             continue
-    total, todo = 0, [root]
+    total, todo, seen = 0, [root], {}
     while todo:
         pid = todo.pop()
         total += rss.get(pid, 0)
+        seen[pid] = (_kind(pid, root), cpu.get(pid, 0.0))
         todo += children.get(pid, [])
-    return total
+    return total, seen
 
 
 def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | None = None,
@@ -154,7 +180,7 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
     if profile:
         print_profile(profile)
     return {"wall_s": wall, "steady_s": last - first, "queries": per_query, "peak_rss": memory.peak,
-            "objects": objects, "cpu_s": cpu}
+            "objects": objects, "cpu_s": cpu, "cpu_by_kind": memory.cpu_by_kind()}
 
 
 def _busy_cpu_s() -> float:
@@ -163,17 +189,33 @@ def _busy_cpu_s() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def compare_runs(bootstrap: str, workdir: Path, total: int, baseline: Path, runs: int) -> None:
+def delete_job_topics(bootstrap: str) -> None:
+    """The topics a run of the job writes (directory versions, progress, outbound messages), gone."""
+    from confluent_kafka.admin import AdminClient
+    from streaming.wire.topics import OBJECTS_TOPIC, OUTBOUND_TOPIC, PROGRESS_TOPIC
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    doomed = [t for t in (OBJECTS_TOPIC, PROGRESS_TOPIC, OUTBOUND_TOPIC) if t in admin.list_topics(timeout=10).topics]
+    for future in (admin.delete_topics(doomed) if doomed else {}).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and set(doomed) & set(admin.list_topics(timeout=10).topics):
+        time.sleep(0.2)
+
+
+def compare_runs(bootstrap: str, workdir: Path, total: int, baseline: Path, runs: int, *extra) -> None:
     """The whole job alternately on a baseline checkout and on this code, on the same published data:
     steady rate, wall and CPU seconds per run, and the ratio of the medians."""
     import statistics
     results: dict[str, list[dict]] = {"baseline": [], "current": []}
     for i in range(runs):
         for label, code in (("baseline", baseline), ("current", None)):
-            job = run_job(bootstrap, workdir, f"job-{label}-{i}", code=code)
+            delete_job_topics(bootstrap)    # or the next run's notification query reads this one's versions too
+            job = run_job(bootstrap, workdir, f"job-{label}-{i}", *extra, code=code)
             results[label].append(job)
             print(f"   run {i + 1} {label:<8} {total / job['steady_s']:>7,.0f} msg/s steady ({job['steady_s']:.1f} s), "
-                  f"wall {job['wall_s']:.1f} s, {job['cpu_s']:.0f} CPU s, peak {job['peak_rss'] / 2**20:,.0f} MiB",
+                  f"wall {job['wall_s']:.1f} s, {job['cpu_s']:.0f} CPU s ("
+                  + ", ".join(f"{k} {v:.0f}" for k, v in sorted(job["cpu_by_kind"].items()))
+                  + f"), peak {job['peak_rss'] / 2**20:,.0f} MiB",
                   flush=True)
     med = {k: (statistics.median(j["steady_s"] for j in v), statistics.median(j["cpu_s"] for j in v))
            for k, v in results.items()}
@@ -275,7 +317,7 @@ def spark_kafka_connector() -> str:
 
 
 def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: Path | None = None,
-              only_job: bool = False, baseline: Path | None = None, runs: int = 3) -> dict:
+              only_job: bool = False, baseline: Path | None = None, runs: int = 3, job_args: tuple = ()) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"dirstream-bench-{name}-"))
     broker = EmbeddedBroker(workdir / "broker", port=19398)
     broker.start()
@@ -286,12 +328,13 @@ def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: P
         print(f"\n== mix {name} (ms between directory operations {op_interval}): {total:,} messages "
               f"{pub['counts']}, {pub['changes']:,} directory changes, published in {time.perf_counter() - t:.0f} s")
         if baseline:                    # before/after: the whole job alone, alternating
-            compare_runs(broker.bootstrap, workdir, total, baseline, runs)
+            compare_runs(broker.bootstrap, workdir, total, baseline, runs, *job_args)
             return {"mix": name}
         if only_job:                    # for profiling: the whole job alone
-            job = run_job(broker.bootstrap, workdir, "job", profile=profile and profile / f"job-{name}.txt")
+            job = run_job(broker.bootstrap, workdir, "job", *job_args, profile=profile and profile / f"job-{name}.txt")
             print(f"whole job: {total / job['steady_s']:,.0f} msg/s steady ({job['steady_s']:.1f} s), "
-                  f"peak resident memory {job['peak_rss'] / 2**20:,.0f} MiB")
+                  f"peak resident memory {job['peak_rss'] / 2**20:,.0f} MiB; CPU seconds: "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in sorted(job["cpu_by_kind"].items())))
             for q in job["queries"]:
                 print(f"   {q['query_name']:<24} {q['batches']:>4} batches {q['rows_in'] or 0:>10,} rows "
                       f"{(q['busy_ms'] or 0) / 1000:>7.1f} s busy")
@@ -353,13 +396,16 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, help="a checkout of another revision (git worktree add DIR REV): "
                                                       "the whole job alternately on it and on this code")
     parser.add_argument("--runs", type=int, default=3, help="with --baseline: runs of each (default 3)")
+    parser.add_argument("--max-records", type=int, help="with --only-job or --baseline: the job's --max-records "
+                                                        "(smaller micro-batches, as a live job makes them)")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    if not args.only_job:
+    if not (args.only_job or args.baseline):
         print(spark_kafka_connector())
     for name in args.mix or list(MIXES):
-        bench_mix(name, MIXES[name], args.messages, args.profile, args.only_job, args.baseline, args.runs)
+        job_args = ("--max-records", str(args.max_records)) if args.max_records else ()
+        bench_mix(name, MIXES[name], args.messages, args.profile, args.only_job, args.baseline, args.runs, job_args)
     return 0
 
 
