@@ -362,7 +362,8 @@ def report(name, total, changes, raw, ceiling, plain, raw_query, job, counts: di
           f"{total / raw_query['wall_s']:,.0f} overall; {raw_steady / ceiling:.2f} of the ceiling "
           f"(target >= {TARGETS['raw_vs_ceiling']})")
     print(f"5. whole job:                         {job_steady:>10,.0f} msg/s steady ({job['steady_s']:.1f} s), "
-          f"{job_overall:,.0f} overall ({job['wall_s']:.1f} s with start-up)")
+          f"{job_overall:,.0f} overall ({job['wall_s']:.1f} s with start-up); CPU seconds "
+          + ", ".join(f"{k} {v:.0f}" for k, v in sorted(job["cpu_by_kind"].items())))
     for q in sorted(job["queries"], key=lambda q: -(q["busy_ms"] or 0)):
         print(f"   {q['query_name']:<14} {q['batches']:>4} batches {q['rows_in'] or 0:>10,} rows "
               f"{(q['busy_ms'] or 0) / 1000:>7.1f} s busy = {(q['busy_ms'] or 0) / 10 / job['steady_s']:.0f} % "
