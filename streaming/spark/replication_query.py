@@ -10,6 +10,7 @@ Outputs are (table_name, JSON payload) rows for the sink; outbound_messages are 
 the outbound topic after the sink has committed the batch.
 """
 import json
+import time
 
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -180,15 +181,31 @@ class ReplicationWriter(TableWriter):
                            "ends": batch_end_offsets(self.checkpoint, self.batch_id)}).encode(), b"progress"
 
     def _publish(self, target: dict, records) -> None:
-        """(value, key) records to target["topic"], all confirmed before the batch counts as done."""
+        """(value, key) records to target["topic"], all confirmed before the batch counts as done: a
+        record Kafka did not take fails the batch (which then runs again), it is never dropped."""
         if self._producer is None:
             from confluent_kafka import Producer
             self._producer = Producer(target["kafka"])
+        failed: list = []
+
+        def delivered(err, _msg) -> None:
+            if err is not None:
+                failed.append(err)
+        deadline = time.monotonic() + OUTBOUND_CONFIRM_S
         for value, key in records:
-            self._producer.produce(target["topic"], value, key)
+            while True:
+                try:
+                    self._producer.produce(target["topic"], value=value, key=key, on_delivery=delivered)
+                    break
+                except BufferError:     # the client's queue is full (a batch of 300k messages had 1M versions)
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"Kafka took no record for {OUTBOUND_CONFIRM_S} s ({target['topic']})")
+                    self._producer.poll(0.1)            # deliveries drain it
             self._producer.poll(0)
         if self._producer.flush(OUTBOUND_CONFIRM_S):     # waits out a broker restart; then the batch fails
             raise RuntimeError(f"records not confirmed by Kafka within {OUTBOUND_CONFIRM_S} s ({target['topic']})")
+        if failed:
+            raise RuntimeError(f"{len(failed)} records not delivered to {target['topic']}: {failed[0]}")
 
     def _object_records(self, lines: list[str]):
         """Queue and machine versions, keyed by the owning queue manager, for the MQCN operator: the
