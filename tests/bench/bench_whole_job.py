@@ -95,7 +95,7 @@ class TreeMemory(threading.Thread):
 
     def run(self) -> None:
         while not self.done:
-            rss, cpu = _tree_stats(self.pid)
+            rss, cpu = _tree_stats(self.pid, {pid: kind for pid, (kind, _) in self.cpu.items()})
             self.peak = max(self.peak, rss)
             self.cpu.update(cpu)
             time.sleep(0.5)
@@ -119,7 +119,10 @@ def _kind(pid: int, root: int) -> str:
     return "Python workers" if "python" in cmd else "other"
 
 
-def _tree_stats(root: int) -> tuple[int, dict[int, tuple[str, float]]]:
+def _tree_stats(root: int, kinds: dict[int, str]) -> tuple[int, dict[int, tuple[str, float]]]:
+    """Resident memory of the tree, and (kind, CPU seconds) per process; a process keeps the kind
+    it was first given (its command line is read once: a process that exits between the two reads
+    would otherwise turn into "other" with all its CPU)."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     cpu: dict[int, float] = {}
@@ -139,7 +142,7 @@ def _tree_stats(root: int) -> tuple[int, dict[int, tuple[str, float]]]:
     while todo:
         pid = todo.pop()
         total += rss.get(pid, 0)
-        seen[pid] = (_kind(pid, root), cpu.get(pid, 0.0))
+        seen[pid] = (kinds.get(pid) or _kind(pid, root), cpu.get(pid, 0.0))
         todo += children.get(pid, [])
     return total, seen
 
