@@ -122,9 +122,17 @@ def aligned_cap(index: ArrivalIndex, begin: dict, ends: dict, shares: dict) -> d
     capped = [tp for tp in ends if shares[tp] < ends[tp]]
     if not capped:
         return ends
-    until = min(index.arrival_or_early(tp, shares[tp] - 1) for tp in capped)
+    until = min(_reached_ms(index, tp, begin[tp], shares[tp]) for tp in capped)
     aligned = {tp: index.release_end(tp, begin[tp], ends[tp], until) for tp in ends}
     return aligned if any(aligned[tp] > begin[tp] for tp in ends) else shares
+
+
+def _reached_ms(index: ArrivalIndex, tp: tuple[str, int], begin: int, share: int) -> int:
+    """The event time a partition's capped range reaches: its last record's; a range left empty
+    (the gate holds it) reaches just before its first unread record."""
+    if share > begin:
+        return index.arrival_or_early(tp, share - 1)
+    return index.arrival_or_early(tp, begin) - 1
 
 
 class EventClockGate:
@@ -140,10 +148,11 @@ class EventClockGate:
     def close(self) -> None:
         self.upstream.close()
 
-    def gate_ms(self) -> int | None:
-        """The arrival time through which the upstream query has processed its topics; None when it
-        has processed everything in them (the gate is open)."""
-        processed = self._processed_ends()
+    def gate_ms(self, record: dict | None) -> int | None:
+        """The arrival time through which the upstream query had processed its topics when it wrote
+        this progress record (None: it has written none, so nothing); None when that is everything
+        in them (the gate is open)."""
+        processed = _processed_ends(record)
         firsts = []
         for tp, end in self.upstream.ends().items():
             done = max(processed.get(tp, 0), self.upstream.low(tp))
@@ -153,14 +162,9 @@ class EventClockGate:
                     firsts.append(first)
         return min(firsts) - 1 if firsts else None
 
-    def _processed_ends(self) -> dict[tuple[str, int], int]:
-        last = self._last_progress()
-        if last is None:
-            return {}
-        return {(t, int(p)): int(o) for t, parts in last["ends"].items() for p, o in parts.items()}
-
-    def _last_progress(self) -> dict | None:
-        """The upstream query's latest progress record (read backwards from the end, a chunk at a time)."""
+    def latest(self, accept=lambda record: True) -> dict | None:
+        """The upstream query's latest progress record that `accept`s (read backwards from the end,
+        a chunk at a time)."""
         ends = EndOffsets(self.conf, [self.progress_topic])
         try:
             (tp, end), = ends.ends().items()
@@ -171,7 +175,7 @@ class EventClockGate:
             start = max(low, end - PROGRESS_CHUNK)
             for value in reversed(self.index.values(tp, start, end)):
                 record = self._progress(value)
-                if record is not None:
+                if record is not None and accept(record):
                     return record
             end = start
         return None
@@ -186,3 +190,15 @@ class EventClockGate:
             log.warning("unreadable progress record in %s (%s): skipped", self.progress_topic, exc)
         return None
 
+
+def _processed_ends(record: dict | None) -> dict[tuple[str, int], int]:
+    if record is None:
+        return {}
+    return {(t, int(p)): int(o) for t, parts in record["ends"].items() for p, o in parts.items()}
+
+
+def objects_within(record: dict, plain_ends: dict[tuple[str, int], int]) -> bool:
+    """Whether every directory version published before this progress record lies below plain_ends
+    (the record's "objects_end": the versions topic's end once the batch's versions were confirmed)."""
+    return all(int(o) <= plain_ends.get((t, int(p)), int(o))
+               for t, parts in record["objects_end"].items() for p, o in parts.items())

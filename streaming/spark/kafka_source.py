@@ -172,7 +172,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit) -> dict:
         begin = flatten(start)
-        gate_ms = self.gate.gate_ms() if self.gate is not None else None     # before the end offsets
+        progress = self.gate.latest() if self.gate is not None else None     # before the end offsets
         if self.available_now_target is not None:
             ends = flatten(self.available_now_target)
         else:
@@ -184,21 +184,47 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._offsets_went_back(tp, begin[tp], end)
         ends = {tp: max(ends.get(tp, begin[tp]), begin[tp]) for tp in begin}
         if self.gate is not None:
-            ends = {tp: self.arrivals.release_end(tp, begin[tp], end, gate_ms) if tp[0] in self.gated_topics
-                    else end for tp, end in ends.items()}
+            ends = self._gated(begin, ends, progress)
         if isinstance(limit, ReadMaxRows):
-            ends = self._capped(begin, ends, limit.max_rows)
+            ends = self._capped(begin, ends, limit.max_rows, progress)
         return nest(ends)
 
-    def _capped(self, begin: dict, ends: dict, max_rows: int) -> dict:
-        """At most max_rows records; the plain topics (the job's own derived topics, never late) are
-        read to their end, the others end at one common event time (event_clock.aligned_cap)."""
+    def _gated(self, begin: dict, ends: dict, progress: dict | None) -> dict:
+        """The gated topics released up to the upstream query's progress (event_clock): that of the
+        latest progress record whose versions ("objects_end") all lie within the plain topics' ranges
+        (none: the traffic waits). A record without "objects_end" was written before the versions
+        could be capped: they are read to their end then, and it is taken as it is."""
+        from .event_clock import objects_within
+        plain = {tp: end for tp, end in ends.items() if tp[0] in self.plain_topics}
+        if progress is not None and "objects_end" in progress and not objects_within(progress, plain):
+            progress = self.gate.latest(lambda r: "objects_end" in r and objects_within(r, plain))
+            if progress is None:
+                return {tp: begin[tp] if tp[0] in self.gated_topics else end for tp, end in ends.items()}
+        gate_ms = self.gate.gate_ms(progress)
+        return {tp: self.arrivals.release_end(tp, begin[tp], end, gate_ms) if tp[0] in self.gated_topics else end
+                for tp, end in ends.items()}
+
+    def _capped(self, begin: dict, ends: dict, max_rows: int, progress: dict | None = None) -> dict:
+        """At most max_rows records, shared in proportion to each partition's backlog; the timed
+        topics' shares end at one common event time (event_clock.aligned_cap).
+
+        The plain topics (the directory versions the upstream query derives, never late) are capped
+        too, and the gated traffic then released again within them (_gated); unless the upstream's
+        progress record has no "objects_end": the versions are read to their end, as they were."""
+        plain = {tp: end for tp, end in ends.items() if tp[0] in self.plain_topics}
         timed = {tp: end for tp, end in ends.items() if tp[0] not in self.plain_topics}
-        shares = {tp: end for tp, end in _cap(begin, timed, max_rows).items() if tp in timed}
+        if self.gate is not None and progress is not None and "objects_end" not in progress:
+            shares = {tp: end for tp, end in _cap(begin, timed, max_rows).items() if tp in timed}
+        else:
+            shares = {tp: end for tp, end in _cap(begin, ends, max_rows).items() if tp in ends}
+            plain = {tp: shares[tp] for tp in plain}
+            if self.gate is not None and any(plain[tp] < ends[tp] for tp in plain):
+                shares = self._gated(begin, shares, progress)
+        shares = {tp: shares[tp] for tp in timed}
         if self.align_by_time:
             from .event_clock import aligned_cap
             shares = aligned_cap(self.arrivals, begin, timed, shares)
-        return {**ends, **shares}
+        return {**plain, **shares}
 
     def partitions(self, start: dict, end: dict):
         begin, finish = flatten(start), flatten(end)

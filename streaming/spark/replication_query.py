@@ -164,6 +164,7 @@ class ReplicationWriter(TableWriter):
         self.objects = objects              # the same for the directory versions the MQCN operator reads,
         self.checkpoint = checkpoint        # with "progress_topic": where this query's progress goes
         self._producer = None
+        self._objects_offsets = None
         self._first_arrivals = FirstArrivals()
 
     def after_write(self, rows: dict[str, list[dict]]) -> None:
@@ -176,9 +177,18 @@ class ReplicationWriter(TableWriter):
 
     def _progress_record(self) -> tuple[bytes, bytes]:
         """The replication topic's offsets this query has fully processed (its batch's end offsets, as
-        Spark's offset log holds them): every version derived from records before them is published."""
+        Spark's offset log holds them): every version derived from records before them is published,
+        below "objects_end" (the versions topic's end offsets once they are confirmed), so the MQCN
+        operator's source can read the versions a capped micro-batch at a time (kafka_source._gated)."""
         return json.dumps({"query_id": self.query_id, "batch_id": self.batch_id,
-                           "ends": batch_end_offsets(self.checkpoint, self.batch_id)}).encode(), b"progress"
+                           "ends": batch_end_offsets(self.checkpoint, self.batch_id),
+                           "objects_end": self._objects_ends()}).encode(), b"progress"
+
+    def _objects_ends(self) -> dict:
+        from .kafka_offsets import EndOffsets, nest     # the driver's: the Python workers need no Kafka client
+        if self._objects_offsets is None:
+            self._objects_offsets = EndOffsets(self.objects["kafka"], [self.objects["topic"]])
+        return nest(self._objects_offsets.ends())
 
     def _publish(self, target: dict, records) -> None:
         """(value, key) records to target["topic"], all confirmed before the batch counts as done: a

@@ -92,11 +92,14 @@ class TreeMemory(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.peak, self.done = pid, 0, False
         self.cpu: dict[int, tuple[str, float]] = {}         # pid -> (kind, CPU seconds)
+        self.peak_by_kind: dict[str, int] = {}              # the largest sum seen per kind of process
 
     def run(self) -> None:
         while not self.done:
             rss, cpu = _tree_stats(self.pid, {pid: kind for pid, (kind, _) in self.cpu.items()})
-            self.peak = max(self.peak, rss)
+            self.peak = max(self.peak, sum(rss.values()))
+            for kind, total in _sum_by_kind(rss, cpu).items():
+                self.peak_by_kind[kind] = max(self.peak_by_kind.get(kind, 0), total)
             self.cpu.update(cpu)
             time.sleep(0.5)
 
@@ -105,6 +108,14 @@ class TreeMemory(threading.Thread):
         for kind, seconds in self.cpu.values():
             out[kind] = out.get(kind, 0.0) + seconds
         return out
+
+
+def _sum_by_kind(rss: dict[int, int], kinds: dict[int, tuple[str, float]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pid, resident in rss.items():
+        kind = kinds[pid][0]
+        out[kind] = out.get(kind, 0) + resident
+    return out
 
 
 def _kind(pid: int, root: int) -> str:
@@ -119,8 +130,8 @@ def _kind(pid: int, root: int) -> str:
     return "Python workers" if "python" in cmd else "other"
 
 
-def _tree_stats(root: int, kinds: dict[int, str]) -> tuple[int, dict[int, tuple[str, float]]]:
-    """Resident memory of the tree, and (kind, CPU seconds) per process; a process keeps the kind
+def _tree_stats(root: int, kinds: dict[int, str]) -> tuple[dict[int, int], dict[int, tuple[str, float]]]:
+    """Resident memory of each process of the tree, and (kind, CPU seconds) per process; a process keeps the kind
     it was first given (its command line is read once: a process that exits between the two reads
     would otherwise turn into "other" with all its CPU)."""
     children: dict[int, list[int]] = {}
@@ -138,13 +149,13 @@ def _tree_stats(root: int, kinds: dict[int, str]) -> tuple[int, dict[int, tuple[
             cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
         except (OSError, ValueError, IndexError):
             continue
-    total, todo, seen = 0, [root], {}
+    resident, todo, seen = {}, [root], {}
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
+        resident[pid] = rss.get(pid, 0)
         seen[pid] = (kinds.get(pid) or _kind(pid, root), cpu.get(pid, 0.0))
         todo += children.get(pid, [])
-    return total, seen
+    return resident, seen
 
 
 def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | None = None,
@@ -183,7 +194,11 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
     if profile:
         print_profile(profile)
     return {"wall_s": wall, "steady_s": last - first, "queries": per_query, "peak_rss": memory.peak,
-            "objects": objects, "cpu_s": cpu, "cpu_by_kind": memory.cpu_by_kind()}
+            "peak_by_kind": memory.peak_by_kind, "objects": objects, "cpu_s": cpu, "cpu_by_kind": memory.cpu_by_kind()}
+
+
+def peaks_text(job: dict) -> str:
+    return ", ".join(f"{kind} {rss / 2**20:,.0f}" for kind, rss in sorted(job["peak_by_kind"].items()))
 
 
 def _busy_cpu_s() -> float:
@@ -218,7 +233,7 @@ def compare_runs(bootstrap: str, workdir: Path, total: int, baseline: Path, runs
             print(f"   run {i + 1} {label:<8} {total / job['steady_s']:>7,.0f} msg/s steady ({job['steady_s']:.1f} s), "
                   f"wall {job['wall_s']:.1f} s, {job['cpu_s']:.0f} CPU s ("
                   + ", ".join(f"{k} {v:.0f}" for k, v in sorted(job["cpu_by_kind"].items()))
-                  + f"), peak {job['peak_rss'] / 2**20:,.0f} MiB",
+                  + f"), peak {job['peak_rss'] / 2**20:,.0f} MiB ({peaks_text(job)})",
                   flush=True)
     med = {k: (statistics.median(j["steady_s"] for j in v), statistics.median(j["cpu_s"] for j in v))
            for k, v in results.items()}
@@ -336,7 +351,7 @@ def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: P
         if only_job:                    # for profiling: the whole job alone
             job = run_job(broker.bootstrap, workdir, "job", *job_args, profile=profile and profile / f"job-{name}.txt")
             print(f"whole job: {total / job['steady_s']:,.0f} msg/s steady ({job['steady_s']:.1f} s), "
-                  f"peak resident memory {job['peak_rss'] / 2**20:,.0f} MiB; CPU seconds: "
+                  f"peak resident memory {job['peak_rss'] / 2**20:,.0f} MiB ({peaks_text(job)}); CPU seconds: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in sorted(job["cpu_by_kind"].items())))
             for q in job["queries"]:
                 print(f"   {q['query_name']:<24} {q['batches']:>4} batches {q['rows_in'] or 0:>10,} rows "
@@ -385,7 +400,7 @@ def report(name, total, changes, raw, ceiling, plain, raw_query, job, counts: di
           f"busy = {change_rate:,.0f} changes/s (target {TARGETS['changes']:,}), {job['objects']:,} objects "
           f"(rows of directory_objects) in its state")
     print(f"peak resident memory of the job's processes: {job['peak_rss'] / 2**20:,.0f} MiB "
-          f"(target <= {TARGETS['peak_rss_gib']} GiB at 300,000 messages; raw query alone: "
+          f"(peak of each kind, MiB: {peaks_text(job)}; target <= {TARGETS['peak_rss_gib']} GiB at 300,000 messages; raw query alone: "
           f"{raw_query['peak_rss'] / 2**20:,.0f} MiB)")
     return {"mix": name, "job_steady": job_steady, "plain": plain_rate, "ceiling": ceiling}
 
