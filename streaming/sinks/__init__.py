@@ -173,7 +173,7 @@ class Sink:
             for name, table_rows in rows.items():
                 if table_rows:
                     t = TABLES[name]
-                    cur.executemany(self._upsert_sql(t), [self._values(t, r) for r in table_rows])
+                    cur.executemany(self._upsert_sql(t), (self._values(t, r) for r in table_rows))
             cur.execute(self._upsert_sql(SINK_BATCHES), (query_id, batch_id, self._value("timestamp", utcnow())))
         return True
 

@@ -99,30 +99,57 @@ class TableWriter:
         from ..sinks import open_sink
         if self._sink is None:
             self._sink = open_sink(self.sink_url)
-        rows: dict[str, list] = {}
-        table = df.toArrow()                # Arrow: far cheaper than collect()'s pickled Row objects
-        side_tables = frozenset(self.SIDE_TABLES)
-        for name, text in zip(table.column("table_name").to_pylist(), table.column("payload").to_pylist()):
-            if name in side_tables:         # passed to after_write as the operator wrote them
-                rows.setdefault(name, []).append(text)
-                continue
-            payload = json.loads(text)
-            for k, v in payload.items():
-                if k.endswith(("_at", "_seen", "_time")) and isinstance(v, str):
-                    payload[k] = datetime.fromisoformat(v)
-                elif k == "raw_value" and isinstance(v, str):
-                    payload[k] = bytes.fromhex(v)
-            rows.setdefault(name, []).append(payload)
+        rows = batch_rows(df.toArrow(), frozenset(self.SIDE_TABLES))   # Arrow: far cheaper than collect()
         side = {name: rows.pop(name) for name in self.SIDE_TABLES if name in rows}
         written = self._sink.write_batch(self.query_id, batch_id, rows)
         self.batch_id = batch_id
         self.after_write({**rows, **side})
         if self.observer is not None:
             self.observer.batch(self.query_name, batch_id, None, {t: len(v) for t, v in rows.items()},
-                                rows.get("dead_letters") or [])
+                                list(rows.get("dead_letters") or []))
         if any(rows.values()):
             self.echo(f"{self.label} batch {batch_id}: " + ", ".join(f"{len(v)} {k}" for k, v in rows.items())
                       + ("" if written else " (already written: skipped)"))
 
     def after_write(self, rows: dict[str, list[dict]]) -> None:
         """Called after every batch, also one already written (a replay): side effects go here."""
+
+
+def batch_rows(table, side_tables: frozenset = frozenset()) -> dict:
+    """An operator's output rows (an Arrow table of table_name, payload) by sink table, in the order
+    the operator wrote them: PayloadRows, parsed as they are read, so that a large micro-batch's rows
+    are never all held as dicts at once; a side table's rows stay the payload strings."""
+    import pyarrow.compute as pc
+    names, payloads = table.column("table_name"), table.column("payload")
+    out: dict = {}
+    for name in pc.unique(names).to_pylist():
+        texts = payloads.filter(pc.equal(names, name))
+        out[name] = texts.to_pylist() if name in side_tables else PayloadRows(texts)
+    return out
+
+
+class PayloadRows:
+    """One sink table's rows of a micro-batch, as JSON payloads parsed into row dicts each time
+    they are iterated (the sink writes them once; after_write may read a small table again)."""
+
+    def __init__(self, texts):
+        self.texts = texts                  # a pyarrow ChunkedArray of strings
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __iter__(self):
+        for chunk in self.texts.chunks:
+            for text in chunk.to_pylist():
+                yield parse_payload(text)
+
+
+def parse_payload(text: str) -> dict:
+    """A row dict from an operator's JSON payload: times and raw bytes back to their types."""
+    payload = json.loads(text)
+    for k, v in payload.items():
+        if k.endswith(("_at", "_seen", "_time")) and isinstance(v, str):
+            payload[k] = datetime.fromisoformat(v)
+        elif k == "raw_value" and isinstance(v, str):
+            payload[k] = bytes.fromhex(v)
+    return payload

@@ -11,7 +11,8 @@ broker, then measures in one run on the same topics:
   5. the whole job (`dirstream run --once`): overall (with start-up) and steady (first batch start to
      last batch end), each query's share of the time;
 and prints 5/3, 5/2, the directory changes per second through the replication operator, the objects
-in its state, and the peak resident memory of the job's process tree. Spark's own Kafka connector
+in its state, and the peak resident memory of the job's process tree (PSS: a page shared by several
+processes counted once). Spark's own Kafka connector
 (`format("kafka")`) is tried from Maven Central; when it is not served, the benchmark says so.
 
 Run: make bench   (or .venv/bin/python tests/bench/bench_whole_job.py --messages 300000)
@@ -85,7 +86,7 @@ def decode_ceiling(sample: dict, counts: dict) -> float:
 
 
 class TreeMemory(threading.Thread):
-    """Peak resident memory of a process and its descendants (the JVM, the Python workers), and the
+    """Peak memory (PSS) of a process and its descendants (the JVM, the Python workers), and the
     CPU seconds each kind of process used (the last figure seen for each process, every 0.5 s)."""
 
     def __init__(self, pid: int):
@@ -108,6 +109,20 @@ class TreeMemory(threading.Thread):
         for kind, seconds in self.cpu.values():
             out[kind] = out.get(kind, 0.0) + seconds
         return out
+
+
+def _proportional(pid: int) -> int | None:
+    """The process's proportional set size (PSS): its resident pages, each shared page divided among
+    the processes sharing it. Summed over the tree it counts every page once; resident sizes do not:
+    forked Python workers share their daemon's pages, and a JVM forking a worker shows, for a moment,
+    a child as big as itself (13.8 GB of "resident" memory in a run whose tree used 9 GB)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _sum_by_kind(rss: dict[int, int], kinds: dict[int, tuple[str, float]]) -> dict[str, int]:
@@ -152,7 +167,7 @@ def _tree_stats(root: int, kinds: dict[int, str]) -> tuple[dict[int, int], dict[
     resident, todo, seen = {}, [root], {}
     while todo:
         pid = todo.pop()
-        resident[pid] = rss.get(pid, 0)
+        resident[pid] = _proportional(pid) or rss.get(pid, 0)
         seen[pid] = (kinds.get(pid) or _kind(pid, root), cpu.get(pid, 0.0))
         todo += children.get(pid, [])
     return resident, seen
@@ -351,7 +366,7 @@ def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: P
         if only_job:                    # for profiling: the whole job alone
             job = run_job(broker.bootstrap, workdir, "job", *job_args, profile=profile and profile / f"job-{name}.txt")
             print(f"whole job: {total / job['steady_s']:,.0f} msg/s steady ({job['steady_s']:.1f} s), "
-                  f"peak resident memory {job['peak_rss'] / 2**20:,.0f} MiB ({peaks_text(job)}); CPU seconds: "
+                  f"peak resident memory (PSS) {job['peak_rss'] / 2**20:,.0f} MiB ({peaks_text(job)}); CPU seconds: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in sorted(job["cpu_by_kind"].items())))
             for q in job["queries"]:
                 print(f"   {q['query_name']:<24} {q['batches']:>4} batches {q['rows_in'] or 0:>10,} rows "
@@ -399,7 +414,7 @@ def report(name, total, changes, raw, ceiling, plain, raw_query, job, counts: di
     print(f"replication operator: {changes:,} changes in {(replication or {}).get('busy_ms', 0) / 1000:.1f} s "
           f"busy = {change_rate:,.0f} changes/s (target {TARGETS['changes']:,}), {job['objects']:,} objects "
           f"(rows of directory_objects) in its state")
-    print(f"peak resident memory of the job's processes: {job['peak_rss'] / 2**20:,.0f} MiB "
+    print(f"peak resident memory (PSS) of the job's processes: {job['peak_rss'] / 2**20:,.0f} MiB "
           f"(peak of each kind, MiB: {peaks_text(job)}; target <= {TARGETS['peak_rss_gib']} GiB at 300,000 messages; raw query alone: "
           f"{raw_query['peak_rss'] / 2**20:,.0f} MiB)")
     return {"mix": name, "job_steady": job_steady, "plain": plain_rate, "ceiling": ceiling}
@@ -417,13 +432,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="with --baseline: runs of each (default 3)")
     parser.add_argument("--max-records", type=int, help="with --only-job or --baseline: the job's --max-records "
                                                         "(smaller micro-batches, as a live job makes them)")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --only-job or --baseline: passed to the job's --spark-conf (repeatable)")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     if not (args.only_job or args.baseline):
         print(spark_kafka_connector())
     for name in args.mix or list(MIXES):
-        job_args = ("--max-records", str(args.max_records)) if args.max_records else ()
+        job_args = (("--max-records", str(args.max_records)) if args.max_records else ()) + tuple(
+            a for conf in args.spark_conf for a in ("--spark-conf", conf))
         bench_mix(name, MIXES[name], args.messages, args.profile, args.only_job, args.baseline, args.runs, job_args)
     return 0
 
