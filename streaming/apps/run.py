@@ -24,7 +24,9 @@ def register(sub, add_kafka_arguments) -> None:
     run.add_argument("--once", action="store_true", help="process everything available now, then exit")
     run.add_argument("--trigger", default="2s", help="micro-batch interval, e.g. 500ms, 2s, 1m (default 2s)")
     run.add_argument("--master", default="local[*]", help="Spark master: local[*], spark://host:7077, k8s://...")
-    run.add_argument("--max-records", type=int, default=200_000, help="records per micro-batch at most")
+    run.add_argument("--max-records", type=int, default=200_000,
+                     help="records per micro-batch of each query at most (the directory versions the "
+                          "notification query reads included)")
     run.add_argument("--records-per-task", type=int, default=RECORDS_PER_TASK,
                      help="the raw query reads a Kafka partition's range in Spark tasks of at most this many records "
                           f"(default {RECORDS_PER_TASK:,}; 0: one task per Kafka partition)")
