@@ -67,3 +67,30 @@ def test_the_sink_writes_lazily_parsed_rows_as_it_wrote_parsed_lists(tmp_path):
             finally:
                 sink.close()
         assert tables[0] == tables[1] and all(tables[0].values())
+
+
+def test_ordered_rows_are_the_pandas_rows_in_the_same_order():
+    """A key's input as the discovery operator reads it: the rows pandas' concat, sort_values and
+    itertuples gave, in the same order and with the same values, over random frames."""
+    import pandas as pd
+    from streaming.spark.stateful import ARRIVAL_ORDER, ordered_rows
+    for seed in range(30):
+        rng = random.Random(seed)
+        frames = []
+        for _ in range(rng.randrange(0, 4)):
+            n = rng.randrange(0, 6)
+            ms = [1_767_225_600_000 + rng.randrange(0, 5) for _ in range(n)]
+            frames.append(pd.DataFrame({
+                "state_key": [f"k{seed}"] * n, "arrival_ms": ms,
+                "arrival_time": pd.to_datetime(ms, unit="ms", utc=True),
+                "topic": [rng.choice(["msmq.sd.raw", "msmq.cn.raw"]) for _ in range(n)],
+                "partition": [rng.randrange(4) for _ in range(n)], "offset": rng.sample(range(1000), n),
+                "body": [rng.randbytes(rng.randrange(8)) for _ in range(n)],
+                "message_id": [None if rng.random() < 0.3 else f"m{rng.randrange(99)}" for _ in range(n)]}))
+        got = ordered_rows(iter(frames))
+        if not any(len(f) for f in frames):
+            assert got == []
+            continue
+        expected = list(pd.concat(frames).sort_values(list(ARRIVAL_ORDER)).itertuples(index=False))
+        assert [tuple(r) for r in got] == [tuple(r) for r in expected]
+        assert [r.body for r in got] == [r.body for r in expected] and got[0]._fields == expected[0]._fields

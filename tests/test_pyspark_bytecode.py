@@ -41,14 +41,15 @@ def _zip(path, files: dict) -> None:
 def test_a_zip_gets_a_pyc_per_module_and_imports_without_compiling(tmp_path):
     path = tmp_path / "lib.zip"
     _zip(path, {"pkg/__init__.py": "from .mod import VALUE\n", "pkg/mod.py": "VALUE = 6 * 7\n",
-                "pkg/broken.py": "def (:\n", "pkg/data.txt": "not python"})
+                "pkg/broken.py": "def (:\n", "pkg/data.txt": "not python", "pkg/tests/__init__.py": "",
+                "pkg/sub/tests/test_mod.py": "import pkg\n", "pkg/testsuite.py": "X = 1\n"})
     assert _compiles([path], "import pkg") >= 2 and not has_bytecode(path)
-    assert add_bytecode(path) == 2                  # the module with a syntax error stays a .py
+    assert add_bytecode(path) == 3                  # the module with a syntax error stays a .py
     assert has_bytecode(path)
     with zipfile.ZipFile(path) as z:
         names = set(z.namelist())
         assert {"pkg/__init__.py", "pkg/__init__.pyc", "pkg/mod.py", "pkg/mod.pyc", "pkg/broken.py",
-                "pkg/data.txt", STAMP} == names
+                "pkg/data.txt", "pkg/testsuite.py", "pkg/testsuite.pyc", STAMP} == names   # no tests folder
         assert z.read("pkg/data.txt") == b"not python"
     assert _compiles([path], "import pkg; assert pkg.VALUE == 42") == 0
     add_bytecode(path)                              # again: the same entries, none twice
@@ -80,6 +81,9 @@ def installed_zips():
 
 def test_sparks_python_processes_import_pyspark_without_compiling(installed_zips):
     assert all(has_bytecode(z) for z in installed_zips)
+    for path in installed_zips:                     # every task re-reads the zip's directory: no test suites
+        with zipfile.ZipFile(path) as z:
+            assert not [n for n in z.namelist() if "tests" in n.split("/")[:-1]]
     assert main(["--check"]) == 0
     imports = "import pyspark.worker, pyspark.daemon, pyspark.sql.pandas.serializers, pyspark.sql.streaming"
     assert _compiles(installed_zips, imports) == 0

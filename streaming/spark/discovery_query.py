@@ -15,7 +15,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 from ..operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, Reply, Request, state_from_json,
                                   state_to_json)
 from ..wire import decode
-from .stateful import OUTPUT_DDL, apply_guarded, dead_letter, raise_if_poison, replace_timers, timer_dead_letter
+from .stateful import (OUTPUT_DDL, apply_guarded, dead_letter, ordered_rows, raise_if_poison, replace_timers,
+                       timer_dead_letter)
 
 WATERMARK_DELAY = "10 seconds"
 FORGET_AFTER_MS = 15_000           # a completed request is kept this long to recognise late replies
@@ -42,7 +43,6 @@ class DiscoveryProcessor(StatefulProcessor):
     def handleInputRows(self, key, rows, timerValues):
         self.fired_ms = None
         request_id = key[0]
-        frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
 
         def apply(work, row) -> None:
             st, out = work
@@ -60,7 +60,7 @@ class DiscoveryProcessor(StatefulProcessor):
                 out += self.core.on_reply(st, request_id, reply)
                 out += self._topology(st, reply)
 
-        (st, out), poisoned = apply_guarded(lambda: (self._load(), []), list(frame.itertuples(index=False)), apply)
+        (st, out), poisoned = apply_guarded(lambda: (self._load(), []), ordered_rows(rows), apply)
         yield from self._emit(st, out, [dead_letter("operator:discovery", "mqsd", row, exc) for row, exc in poisoned])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
