@@ -72,8 +72,8 @@ class OfflineJob:
         by_qm: dict[str, list[dict]] = {}
         if self.tasks:                              # a new micro-batch: new tasks
             per_task = [FirstArrivals() for _ in range(self.tasks)]
-            self.task_of = {server: self.rng.choice(per_task) for server in set(self.states) | {
-                env["destination_machine"] for env in envelopes}}
+            self.task_of = {server: self.rng.choice(per_task) for server in sorted(set(self.states) | {
+                env["destination_machine"] for env in envelopes})}
         for env in sorted(envelopes, key=arrival_ms):
             self.max_event_ms = max(self.max_event_ms, arrival_ms(env))
             if env["protocol"].lower() == "mqdsrp":
