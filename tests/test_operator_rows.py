@@ -50,7 +50,7 @@ def test_rows_are_grouped_by_table_in_the_order_written_and_parsed_as_read():
             expected = [parse_payload(p) for t, p in output if t == table]
             assert isinstance(grouped[table], PayloadRows) and len(grouped[table]) == len(expected)
             assert list(grouped[table]) == expected and list(grouped[table]) == expected   # read twice
-        assert grouped["versions"] == [p for t, p in output if t == "versions"]
+        assert grouped["versions"].to_pylist() == [p for t, p in output if t == "versions"]
         assert list(grouped) == list(dict.fromkeys(t for t, _ in output))
 
 
@@ -94,3 +94,25 @@ def test_ordered_rows_are_the_pandas_rows_in_the_same_order():
         expected = list(pd.concat(frames).sort_values(list(ARRIVAL_ORDER)).itertuples(index=False))
         assert [tuple(r) for r in got] == [tuple(r) for r in expected]
         assert [r.body for r in got] == [r.body for r in expected] and got[0]._fields == expected[0]._fields
+
+
+def test_first_arrival_records_in_arrow_are_first_arrivals_select():
+    """The replication writer's selection over Arrow lines publishes what FirstArrivals.select over
+    decoded VersionRecords did, in the same order, batch after batch (its memory carried over,
+    and forgetting with a small capacity)."""
+    from streaming.operators.notification_rows import FirstArrivals
+    from streaming.operators.replication_rows import VersionRecord
+    from streaming.spark.replication_query import first_arrival_records
+    for seed in range(20):
+        rng = random.Random(seed)
+        capacity = rng.choice([3, 50, 500_000])
+        reference, arrow = FirstArrivals(capacity), FirstArrivals(capacity)
+        for _ in range(4):
+            lines = [VersionRecord(f"qm{rng.randrange(4)}", rng.choice(["", f"k{rng.randrange(12)}"]),
+                                   1_767_225_600_000 + rng.randrange(30),
+                                   json.dumps({"n": rng.randrange(10**6), "tab": "a\tb"})).encode()
+                     for _ in range(rng.randrange(0, 120))]
+            expected = [(r.text.encode(), r.owner.encode())
+                        for r in reference.select([VersionRecord.decode(line) for line in lines])]
+            chunked = pa.chunked_array([lines[:len(lines) // 2], lines[len(lines) // 2:]], pa.string())
+            assert list(first_arrival_records(arrow, chunked, chunk=rng.choice([1, 7, 1000]))) == expected

@@ -212,6 +212,25 @@ def test_first_arrivals_pass_an_earlier_or_different_copy_and_machines_without_a
     assert small.select([row("b", 20, seq="01")]) != [] and small.select([row("b", 20, seq="03")]) == []
 
 
+def test_first_arrivals_forget_their_oldest_entry_first_like_a_list_would():
+    """The bounded memory against a plain list model (oldest first, a passed copy moved to the end),
+    over random keys and times with small capacities: the same copies passed."""
+    import random
+    from streaming.operators.notification_rows import FirstArrivals
+    for seed in range(40):
+        rng = random.Random(seed)
+        capacity = rng.randrange(1, 6)
+        arrivals, model = FirstArrivals(capacity), []
+        for _ in range(300):
+            key, ms = rng.choice(["", *(f"k{i}" for i in range(8))]), rng.randrange(20)
+            known = dict(model)
+            expected = not key or key not in known or ms < known[key]
+            if key and expected:
+                model = [(k, t) for k, t in model if k != key] + [(key, ms)]
+                model = model[-capacity:]
+            assert arrivals.keep(key, ms) == expected, (seed, key, ms)
+
+
 def test_a_published_version_is_its_directory_objects_row_as_json():
     """The replication operator builds the published record itself, memoised by content across the
     replicas (replication_rows.published_version): it must equal the reference built from the

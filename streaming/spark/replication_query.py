@@ -21,7 +21,7 @@ from .stateful import (OUTPUT_DDL, TableWriter, apply_guarded, dead_letter, rais
 from ..operators.notification_rows import FirstArrivals
 from ..operators.replica_store import ObjectStore
 from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
-from ..operators.replication_rows import VersionRecord, step_rows
+from ..operators.replication_rows import step_rows
 from ..wire import WireError, decode
 
 WATERMARK_DELAY = "10 seconds"
@@ -137,6 +137,33 @@ def batch_end_offsets(checkpoint: str, batch_id: int) -> dict:
     return ends
 
 
+def first_arrival_records(arrivals: FirstArrivals, lines, chunk: int = 20_000):
+    """FirstArrivals.select over the version lines of a micro-batch (VersionRecord.encode: owner, key,
+    event ms, text; a pyarrow string array, or a list of str), as (value, key) records to publish, in
+    the same order. The lines stay in Arrow: only each line's key and time become Python values, and
+    the kept records' texts are taken a chunk at a time (a batch of 300,000 messages held over a
+    million lines as Python objects on the driver)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if not isinstance(lines, (pa.Array, pa.ChunkedArray)):
+        lines = pa.array(lines, pa.string())
+    if len(lines) == 0:
+        return
+    parts = pc.split_pattern(lines, "\t", max_splits=3)
+    times = pc.cast(pc.list_element(parts, 2), pa.int64())
+    order = pc.sort_indices(pa.table({"ms": times, "i": pa.array(range(len(lines)), pa.int64())}),
+                            sort_keys=[("ms", "ascending"), ("i", "ascending")])
+    keys = pc.take(pc.list_element(parts, 1), order).to_pylist()
+    kept = [i for i, key, ms in zip(order.to_pylist(), keys, pc.take(times, order).to_pylist())
+            if arrivals.keep(key, ms)]
+    del keys
+    owners, texts = pc.list_element(parts, 0), pc.list_element(parts, 3)
+    for start in range(0, len(kept), chunk):
+        at = pa.array(kept[start:start + chunk], pa.int64())
+        for text, owner in zip(pc.take(texts, at).to_pylist(), pc.take(owners, at).to_pylist()):
+            yield text.encode(), owner.encode()
+
+
 def replication_stream(decoded, pec_name: str | None = None, id_scope: str = ""):
     from pyspark.sql import functions as F
     return (decoded.filter("ok")
@@ -217,11 +244,10 @@ class ReplicationWriter(TableWriter):
         if failed:
             raise RuntimeError(f"{len(failed)} records not delivered to {target['topic']}: {failed[0]}")
 
-    def _object_records(self, lines: list[str]):
+    def _object_records(self, lines):
         """Queue and machine versions, keyed by the owning queue manager, for the MQCN operator: the
         first arrival of each version across the replicas (notification_rows.FirstArrivals)."""
-        for record in self._first_arrivals.select([VersionRecord.decode(line) for line in lines]):
-            yield record.text.encode(), record.owner.encode()
+        return first_arrival_records(self._first_arrivals, lines)
 
     @staticmethod
     def _outbound_records(messages: list[dict]):

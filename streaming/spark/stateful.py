@@ -147,13 +147,13 @@ class TableWriter:
 def batch_rows(table, side_tables: frozenset = frozenset()) -> dict:
     """An operator's output rows (an Arrow table of table_name, payload) by sink table, in the order
     the operator wrote them: PayloadRows, parsed as they are read, so that a large micro-batch's rows
-    are never all held as dicts at once; a side table's rows stay the payload strings."""
+    are never all held as dicts at once; a side table's rows stay its payloads in Arrow."""
     import pyarrow.compute as pc
     names, payloads = table.column("table_name"), table.column("payload")
     out: dict = {}
     for name in pc.unique(names).to_pylist():
         texts = payloads.filter(pc.equal(names, name))
-        out[name] = texts.to_pylist() if name in side_tables else PayloadRows(texts)
+        out[name] = texts if name in side_tables else PayloadRows(texts)
     return out
 
 
