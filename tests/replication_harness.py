@@ -60,6 +60,7 @@ class OfflineJob:
         self.offsets = itertools.count()
         self.versions_published = 0
         self.versions_dropped_in_tasks = 0
+        self.history: list[dict] = []                  # directory_history rows, in order, until taken
 
     def replica(self, server: str) -> Replica:
         state, backend = self.states.setdefault(server, (ServerState(server), DictBackend()))
@@ -127,6 +128,9 @@ class OfflineJob:
         r.store.flush()
         versions = []
         for table, row in step_rows(r, r.s.now_ms):
+            if isinstance(row, str):                # directory_history: JSON text already
+                row = json.loads(row)
+                self.history.append(row)
             if table != "object_versions":
                 key = tuple(row[c] for c in TABLES[table].key)
                 self.tables.setdefault(table, {})[key] = row

@@ -21,8 +21,8 @@ from streaming.wire.envelope import decode_envelope
 from streaming.wire.topics import TOPICS
 from job_runs import Responder
 
-TABLES = ("directory_objects", "deleted_objects", "replication_partitions", "replication_servers",
-          "pending_changes", "outbound_messages", "queue_managers", "qm_queues", "notifications",
+TABLES = ("directory_objects", "directory_history", "deleted_objects", "replication_partitions",
+          "replication_servers", "pending_changes", "outbound_messages", "queue_managers", "qm_queues", "notifications",
           "notification_batches", "discovery_requests", "site_topology", "discovery_unmatched_replies", "dead_letters",
           "raw_messages_seen")
 LEFT_OUT = {"recorded_at", "batch_id"}

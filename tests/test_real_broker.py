@@ -106,7 +106,7 @@ def test_a_replay_of_one_protocol_runs_the_whole_job(broker, tmp_path):
 _RUN_SPECIFIC = {"batch_id", "recorded_at", "committed_at", "updated_at", "message_id"}
 _COMPARED = ("dead_letters", "raw_messages_seen", "discovery_requests", "site_topology",
              "discovery_unmatched_replies", "replication_partitions", "directory_objects", "deleted_objects",
-             "pending_changes")
+             "pending_changes", "directory_history")
 
 
 def _tables(url: str) -> dict:

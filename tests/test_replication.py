@@ -775,6 +775,15 @@ def test_the_store_holds_what_a_dict_holds_through_resizes_and_restarts(seed, mo
     assert len(sizes) >= 3 and all(n & (n - 1) == 0 for n in sizes)
 
 
+def test_a_state_written_before_directory_history_numbers_its_versions_from_zero():
+    state = ServerState("bsc1", versions_recorded=41)
+    state.store_layout.buckets = 64
+    assert state_from_bytes(state_to_bytes(state)).versions_recorded == 41
+    old = marshal.loads(state_to_bytes(state))
+    earlier = state_from_bytes(marshal.dumps(tuple(old[:-1])))          # without the version count
+    assert earlier.versions_recorded == 0 and earlier.store_layout.buckets == 64
+
+
 def test_a_state_written_before_layouts_keeps_its_256_buckets():
     """A checkpoint of an earlier version: objects in 256 buckets, no layout in the state. They are
     found (the backend is asked whether a bucket exists), and the buckets stay as they are."""
@@ -787,7 +796,7 @@ def test_a_state_written_before_layouts_keeps_its_256_buckets():
         bucket[guid] = DirObject(guid, SITE, 1, None, i, {}).to_tuple()
         backend.data[b] = marshal.dumps(bucket)
     old = list(marshal.loads(state_to_bytes(ServerState("bsc1"))))
-    state = state_from_bytes(marshal.dumps(tuple(old[:-1])))            # without the layout
+    state = state_from_bytes(marshal.dumps(tuple(old[:-2])))    # without the layout and the version count
     assert state.store_layout.buckets == LEGACY_BUCKETS and state.store_layout.present is None
     store = Replica(state, ObjectStore(backend)).store
     assert store.get(queue_guid(7)).seq_number == 7 and backend.calls["load"] >= 1

@@ -1,4 +1,4 @@
-"""The `dirstream` command: decode, broker, produce, run, verify."""
+"""The `dirstream` command: decode, broker, produce, run, verify, history, dashboard."""
 import argparse
 import json
 import sys
@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_run(sub, add_kafka_arguments)
     from .verify import register as register_verify
     register_verify(sub)
+    from .history import register as register_history
+    register_history(sub)
     from .dashboard import register as register_dashboard
     register_dashboard(sub)
     return parser

@@ -107,9 +107,10 @@ class ObjectStore:
         self.touched: dict[str, DirObject | None] = {}     # guid -> object after this batch (None: removed)
         self.removed: dict[str, DirObject] = {}            # guid -> object as it was when removed
         self.touched_at: dict[str, int] = {}               # guid -> event time of its last change
-        self.versions: list[tuple[str, DirObject, bool, int]] = []
-        # every change of this batch, in order: (guid, object, removed, event time); the MQCN
-        # operator reads the directory as of a time, so no version may be folded into a later one
+        self.versions: list[tuple[str, DirObject, bool, int, str]] = []
+        # every change of this batch, in order: (guid, object, removed, event time, kind: created,
+        # modified or deleted); the MQCN operator reads the directory as of a time and
+        # directory_history keeps every version, so no version may be folded into a later one
         self.clock_ms = 0                                  # set by the replica: the event being processed
 
     # ------------------------------------------------------------ buckets
@@ -128,7 +129,8 @@ class ObjectStore:
             raw = self.backend.get(b) if b in present else None
         return marshal.loads(raw) if raw else {}
 
-    def _write(self, key: str, value) -> None:
+    def _write(self, key: str, value) -> bool:
+        """Store (or, value None, drop) one entry; True if the key was not there before."""
         b = bucket_of(key, self.layout.buckets)
         bucket = self._bucket(key, b)
         if value is None:
@@ -140,6 +142,7 @@ class ObjectStore:
         if self.layout.entries is not None:
             self.layout.entries += change
         self._dirty.add(b)
+        return change == 1
 
     def flush(self) -> None:
         """Write every changed bucket back to the backend (after doubling the buckets if the directory
@@ -179,12 +182,12 @@ class ObjectStore:
 
     def put(self, obj: DirObject, index_path: bool = True) -> None:
         """Store an object; index_path=False when its path name is already indexed (an update)."""
-        self._write(obj.guid, obj.to_tuple())
+        created = self._write(obj.guid, obj.to_tuple())
         if index_path and obj.path_name:
             self._write("path:" + obj.path_name.lower(), obj.guid)
         self.touched[obj.guid] = obj
         self.touched_at[obj.guid] = self.clock_ms
-        self.versions.append((obj.guid, _frozen(obj), False, self.clock_ms))
+        self.versions.append((obj.guid, _frozen(obj), False, self.clock_ms, "created" if created else "modified"))
 
     def remove(self, guid: str) -> DirObject | None:
         obj = self.get(guid)
@@ -196,7 +199,7 @@ class ObjectStore:
         self.touched[guid] = None
         self.touched_at[guid] = self.clock_ms
         self.removed[guid] = obj
-        self.versions.append((guid, _frozen(obj), True, self.clock_ms))
+        self.versions.append((guid, _frozen(obj), True, self.clock_ms, "deleted"))
         return obj
 
     def guid_for_path(self, path_name: str) -> str | None:
@@ -218,6 +221,6 @@ class ObjectStore:
         self.touched, self.removed, self.touched_at = {}, {}, {}
         return touched, removed, at
 
-    def take_versions(self) -> list[tuple[str, DirObject, bool, int]]:
+    def take_versions(self) -> list[tuple[str, DirObject, bool, int, str]]:
         versions, self.versions = self.versions, []
         return versions

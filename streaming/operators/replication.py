@@ -135,6 +135,7 @@ class ServerState:
     messages_sent: int = 0
     initialized: bool = False
     store_layout: StoreLayout = field(default_factory=StoreLayout)    # how its objects are bucketed
+    versions_recorded: int = 0          # directory_history rows so far: each version's number (not in the spec)
 
 
 # ================================================================== outputs
@@ -935,15 +936,18 @@ def state_to_bytes(s: ServerState) -> bytes:
         [_neighbor_tuple(n) for n in s.psc_neighbors.values()], [_neighbor_tuple(n) for n in s.bsc_neighbors.values()],
         [(d.identifier, d.partition_id, d.seq_number, d.object_type, d.scope) for d in s.deleted.values()],
         [(k, f.requester, f.request_id, f.psc_name, f.deadline_ms) for k, f in s.forwarded.items()],
-        s.nack_resends, s.bsc_ack_due_ms, s.now_ms, s.messages_sent, s.initialized, s.store_layout.to_tuple()))
+        s.nack_resends, s.bsc_ack_due_ms, s.now_ms, s.messages_sent, s.initialized, s.store_layout.to_tuple(),
+        s.versions_recorded))
 
 
 def state_from_bytes(raw: bytes) -> ServerState:
     (version, name, site_id, my_psc, partitions, pscs, bscs, deleted, forwarded, nack_resends, bsc_ack_due,
-     now_ms, sent, initialized, *layout) = marshal.loads(raw)
-    # a state written before the store layout (checkpoints of earlier versions) has 256 buckets
+     now_ms, sent, initialized, *later) = marshal.loads(raw)
+    # a state written before the store layout (checkpoints of earlier versions) has 256 buckets, and
+    # one written before directory_history numbers its versions from 0
     s = ServerState(name, site_id, my_psc,
-                    store_layout=StoreLayout.from_tuple(layout[0]) if layout else StoreLayout.legacy())
+                    store_layout=StoreLayout.from_tuple(later[0]) if later else StoreLayout.legacy(),
+                    versions_recorded=later[1] if len(later) > 1 else 0)
     for pid, auth, last, purged, allowed, state, prev_purged, cmw, pending, initial, *health in partitions:
         # a state written before the health fields lacks them (checkpoints of earlier versions)
         s.partitions[pid] = Partition(pid, auth, last, purged, allowed, state, prev_purged, cmw,

@@ -91,13 +91,13 @@ class VersionRecord(NamedTuple):
         return cls(owner, key, int(ms), text)
 
 
-def version_rows(r: Replica) -> list:
+def version_rows(r: Replica, versions: list) -> list:
     """Every version the step produced, in order (pseudo-table object_versions: published for the
     MQCN operator, not a sink table): its reads are "as of" a time, so a batch of this operator must
     not fold an object's versions into its last one, or the result would depend on the batching.
     Only queues and machines with an owner, as VersionRecords (published_version)."""
     rows = []
-    for guid, obj, removed, at in r.store.take_versions():
+    for guid, obj, removed, at, _kind in versions:
         if obj.object_type in (_MQDS_QUEUE, _MQDS_MACHINE):
             record = published_version(r.name, guid, obj, removed, at)
             if record is not None:
@@ -105,34 +105,51 @@ def version_rows(r: Replica) -> list:
     return rows
 
 
-_CONTENT_MEMO: dict[bytes, tuple[str, str, str] | None] = {}
+def history_rows(r: Replica, versions: list) -> list:
+    """directory_history: every version of every object as this replica held it, numbered by the
+    replica's running count (so versions at the same event time keep their order), as JSON text
+    (the object's part memoised by content, as published_version's). valid_to is the sink's: the
+    valid_from of the object's next version on this replica (Table.successor)."""
+    rows, name = [], json.dumps(r.name)
+    for guid, obj, removed, at, kind in versions:
+        r.s.versions_recorded += 1
+        middle = _content(guid, obj, removed)[2]
+        rows.append(("directory_history", f'{{"server": {name}, "version": {r.s.versions_recorded}, '
+                                          f'"kind": "{kind}", "valid_from": "{ts(at)}", {middle}}}'))
+    return rows
+
+
+_CONTENT_MEMO: dict[bytes, tuple[str | None, str, str]] = {}
 _CONTENT_MEMO_SIZE = 200_000
-_UNSEEN = object()
 
 
 def published_version(server: str, guid: str, obj: DirObject, deleted: bool, at_ms: int) -> VersionRecord | None:
     """The VersionRecord of a queue or machine version with an owner (else None), its text exactly
     json.dumps(_object_row(...)) (notification_rows.version_record is the reference built from that
-    row; a test keeps them equal). Every replica applies the same version, so the replica-independent
-    part (the JSON between server and updated_at, its digest, the owner) is memoised per process by
-    the object's content."""
+    row; a test keeps them equal)."""
+    owner, first_key, middle = _content(guid, obj, deleted)
+    if owner is None:
+        return None
+    text = f'{{"server": {json.dumps(server)}, {middle}, "updated_at": "{ts(at_ms)}"}}'
+    return VersionRecord(owner, first_key, _event_ms(at_ms), text)
+
+
+def _content(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None, str, str]:
+    """(owner, FirstArrivals key, the row's JSON members between server and updated_at); the owner is
+    None but for a queue or machine that has one. Every replica applies the same version, so this
+    replica-independent part is memoised per process by the object's content."""
     content = (guid, obj.partition_id, obj.object_type, obj.path_name, obj.seq_number, deleted, obj.properties)
     try:
         key = marshal.dumps(content)
     except ValueError:                      # a value marshal cannot write: no memo
-        key = None
-    part = _CONTENT_MEMO.get(key, _UNSEEN) if key is not None else _UNSEEN
-    if part is _UNSEEN:
-        part = _content_part(guid, obj, deleted)
-        if key is not None:
-            if len(_CONTENT_MEMO) >= _CONTENT_MEMO_SIZE:
-                _CONTENT_MEMO.clear()
-            _CONTENT_MEMO[key] = part
+        return _content_part(guid, obj, deleted)
+    part = _CONTENT_MEMO.get(key)
     if part is None:
-        return None
-    owner, first_key, middle = part
-    text = f'{{"server": {json.dumps(server)}, {middle}, "updated_at": "{ts(at_ms)}"}}'
-    return VersionRecord(owner, first_key, _event_ms(at_ms), text)
+        part = _content_part(guid, obj, deleted)
+        if len(_CONTENT_MEMO) >= _CONTENT_MEMO_SIZE:
+            _CONTENT_MEMO.clear()
+        _CONTENT_MEMO[key] = part
+    return part
 
 
 @lru_cache(maxsize=1 << 16)
@@ -142,20 +159,19 @@ def _event_ms(at_ms: int) -> int:
     return int(datetime.fromisoformat(ts(at_ms)).timestamp() * 1000)
 
 
-def _content_part(guid: str, obj: DirObject, deleted: bool) -> tuple[str, str, str] | None:
-    """(owner, FirstArrivals key, the row's JSON members between server and updated_at) or None."""
+def _content_part(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None, str, str]:
     if obj.object_type == _MQDS_QUEUE:
-        owner = json_value(obj.properties.get(_Q_QMID))
+        owner = json_value(obj.properties.get(_Q_QMID)) or None
     elif obj.object_type == _MQDS_MACHINE:
-        owner = guid
+        owner = guid or None
     else:
-        return None
-    if not owner:
-        return None
+        owner = None
     middle = json.dumps({"object_guid": guid, "partition_id": obj.partition_id,
-                         "object_type": OBJECT_TYPE_NAMES[obj.object_type], "path_name": obj.path_name,
-                         "seq_number": seq_hex(obj.seq_number), "deleted": deleted,
+                         "object_type": OBJECT_TYPE_NAMES.get(obj.object_type, str(obj.object_type)),
+                         "path_name": obj.path_name, "seq_number": seq_hex(obj.seq_number), "deleted": deleted,
                          "properties": properties_json(obj.properties)}, default=str)
+    if owner is None:
+        return None, "", middle[1:-1]
     quota_unknown = obj.object_type == _MQDS_MACHINE and obj.properties.get(_QM_QUOTA) is None
     first_key = "" if quota_unknown else hashlib.blake2b(middle.encode(), digest_size=16).hexdigest()
     return owner, first_key, middle[1:-1]
@@ -235,7 +251,8 @@ def detail(o: Outbound) -> dict:
 def step_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list[tuple[str, dict]]:
     """Every sink row one step produced; clears the step's collected changes."""
     touched, removed, touched_at = r.store.take_changes()
-    rows = (server_rows(r) + object_rows(r, touched, removed, touched_at) + version_rows(r) + deleted_rows(r)
-            + pending_rows(r) + outbound_rows(r, batch_ms, id_scope))
+    versions = r.store.take_versions()
+    rows = (server_rows(r) + object_rows(r, touched, removed, touched_at) + version_rows(r, versions)
+            + history_rows(r, versions) + deleted_rows(r) + pending_rows(r) + outbound_rows(r, batch_ms, id_scope))
     r.out, r.pending_events, r.deleted_touched, r.ignored = [], [], {}, []
     return rows

@@ -21,6 +21,9 @@ class Table:
     counters: tuple[str, ...] = ()
     keep_min: tuple[str, ...] = ()              # replace mode: columns that keep the smaller value (first seen)
     keep_max: tuple[str, ...] = ()              # replace mode: columns that keep the larger value (last seen)
+    successor: tuple = ()   # (ends, starts, series columns, order): a row's `ends` is set to the `starts`
+    #                         of the next row (by `order`) of its series, once that row is written
+
 
     @property
     def column_names(self) -> list[str]:
@@ -31,8 +34,9 @@ TABLES: dict[str, Table] = {}
 SQLITE_LOCK_WAIT_S = 600
 
 
-def table(name, columns, key, mode="insert", counters=(), keep_min=(), keep_max=()) -> Table:
-    t = Table(name, tuple(columns), tuple(key), mode, tuple(counters), tuple(keep_min), tuple(keep_max))
+def table(name, columns, key, mode="insert", counters=(), keep_min=(), keep_max=(), successor=()) -> Table:
+    t = Table(name, tuple(columns), tuple(key), mode, tuple(counters), tuple(keep_min), tuple(keep_max),
+              tuple(successor))
     TABLES[name] = t
     return t
 
@@ -88,6 +92,11 @@ DELETED_OBJECTS = table("deleted_objects", [
     ("server", "text"), ("identifier", "text"), ("partition_id", "text"), ("seq_number", "text"),
     ("object_type", "text"), ("scope", "bigint"), ("status", "text"), ("updated_at", "timestamp")],
     ["server", "identifier"], mode="replace")
+DIRECTORY_HISTORY = table("directory_history", [
+    ("server", "text"), ("object_guid", "text"), ("version", "bigint"), ("partition_id", "text"),
+    ("object_type", "text"), ("path_name", "text"), ("seq_number", "text"), ("kind", "text"),
+    ("properties", "json"), ("valid_from", "timestamp"), ("valid_to", "timestamp")],
+    ["server", "object_guid", "version"], successor=("valid_to", "valid_from", ("server", "object_guid"), "version"))
 PENDING_CHANGES = table("pending_changes", [
     ("server", "text"), ("partition_id", "text"), ("seq_number", "text"), ("previous_seq_number", "text"),
     ("command", "text"), ("object", "text"), ("status", "text"), ("updated_at", "timestamp")],
@@ -173,7 +182,13 @@ class Sink:
             for name, table_rows in rows.items():
                 if table_rows:
                     t = TABLES[name]
-                    cur.executemany(self._upsert_sql(t), (self._values(t, r) for r in table_rows))
+                    series: set = set()
+                    values = (self._values(t, r) for r in table_rows)
+                    if t.successor:
+                        values = _noting_series(values, t, series)
+                    cur.executemany(self._upsert_sql(t), values)
+                    if series:
+                        cur.executemany(self._successor_sql(t), sorted(series))
             cur.execute(self._upsert_sql(SINK_BATCHES), (query_id, batch_id, self._value("timestamp", utcnow())))
         return True
 
@@ -192,6 +207,14 @@ class Sink:
                 f"{c} = {greatest}({t.name}.{c}, excluded.{c})" if c in t.keep_max else
                 f"{c} = excluded.{c}" for c in names if c not in t.key)
         return f"INSERT INTO {t.name} ({', '.join(names)}) VALUES ({marks}) {conflict} {action}"
+
+    def _successor_sql(self, t: Table) -> str:
+        """Close the open rows of one series: each takes the start of the series' next row (if any)."""
+        ends, starts, series, order = t.successor
+        same = " AND ".join(f"n.{c} = {t.name}.{c}" for c in series)
+        where = " AND ".join(f"{c} = {self.placeholder}" for c in series)
+        return (f"UPDATE {t.name} SET {ends} = (SELECT n.{starts} FROM {t.name} AS n WHERE {same} AND "
+                f"n.{order} > {t.name}.{order} ORDER BY n.{order} LIMIT 1) WHERE {where} AND {ends} IS NULL")
 
     def _values(self, t: Table, row: dict) -> tuple:
         return tuple(self._value(ty, row.get(c)) for c, ty in t.columns)
@@ -304,6 +327,14 @@ class _PostgresTransaction:
 
     def __exit__(self, *exc):
         return self.tx.__exit__(*exc)
+
+
+def _noting_series(values, t: Table, series: set):
+    """The values as they pass, noting each row's series (Table.successor)."""
+    at = [t.column_names.index(c) for c in t.successor[2]]
+    for v in values:
+        series.add(tuple(v[i] for i in at))
+        yield v
 
 
 def masked(url: str) -> str:

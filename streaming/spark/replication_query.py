@@ -105,8 +105,10 @@ class ReplicationProcessor(StatefulProcessor):
 
 
 def _frame(rows: list[tuple[str, object]]) -> pd.DataFrame:
-    """Sink rows as JSON; directory versions (VersionRecords) as the line the writer publishes."""
-    return pd.DataFrame([(t, p.encode() if t == VERSIONS else json.dumps(p)) for t, p in rows],
+    """Sink rows as JSON (a str is JSON already: directory_history's); directory versions
+    (VersionRecords) as the line the writer publishes."""
+    return pd.DataFrame([(t, p.encode() if t == VERSIONS else p if isinstance(p, str) else json.dumps(p))
+                         for t, p in rows],
                         columns=["table_name", "payload"])
 
 

@@ -177,7 +177,7 @@ def parse_payload(text: str) -> dict:
     """A row dict from an operator's JSON payload: times and raw bytes back to their types."""
     payload = json.loads(text)
     for k, v in payload.items():
-        if k.endswith(("_at", "_seen", "_time")) and isinstance(v, str):
+        if (k.endswith(("_at", "_seen", "_time")) or k in ("valid_from", "valid_to")) and isinstance(v, str):
             payload[k] = datetime.fromisoformat(v)
         elif k == "raw_value" and isinstance(v, str):
             payload[k] = bytes.fromhex(v)
