@@ -83,7 +83,7 @@ def test_change_requests_are_forwarded_and_their_replies_relayed():
 # ---------------------------------------------------------------- MQCN against the same truth
 def notification_differences(job: OfflineJob, truth: dict) -> list[str]:
     job.fire_qm_timers(job.max_event_ms + 3_600_000)       # the quiet hour after the run
-    diffs, _ = compare_notifications(truth, job.rows("queue_managers"), job.rows("qm_queues"),
+    diffs, _, _ = compare_notifications(truth, job.rows("queue_managers"), job.rows("qm_queues"),
                                      job.rows("notifications"))
     return diffs
 

@@ -2,6 +2,7 @@
 import json
 
 from ..sinks import as_bool, open_sink
+from .verify_reads import ReadJudge, ReadRecord, ReplicaHistory
 
 CHECKS = ("discovery", "replication", "notifications")
 
@@ -12,6 +13,9 @@ def register(sub) -> None:
     v.add_argument("--truth", required=True, help="ground truth from `dirstream produce simulate --truth`")
     v.add_argument("--sink", required=True, help="the job's sink URL")
     v.add_argument("--only", choices=CHECKS, action="append", help="run only these checks (repeatable)")
+    v.add_argument("--strict-authority", action="store_true",
+                   help="judge queue managers by the authority's final values alone, not by what they could "
+                        "read from the replicas (directory_history) at their read times")
     v.set_defaults(func=cmd_verify)
 
 
@@ -22,9 +26,16 @@ def cmd_verify(args) -> int:
     try:
         total = 0
         for name in args.only or CHECKS:
-            differences, summary = CHECK_FUNCTIONS[name](truth, sink)
+            if name == "notifications":
+                differences, summary, stale = check_notifications(truth, sink, args.strict_authority)
+            else:
+                (differences, summary), stale = CHECK_FUNCTIONS[name](truth, sink), []
             for d in differences:
                 print(f"{name}: {d}")
+            if stale:
+                print(f"{name}: stale by replica lag (what the queue manager could read then; not failures):")
+                for d in stale:
+                    print(f"{name}:   {d}")
             print(f"{name}: {summary}, {len(differences)} differences")
             total += len(differences)
     finally:
@@ -37,9 +48,14 @@ def _json(value):
 
 
 def check_discovery(truth: dict, sink) -> tuple[list[str], str]:
-    """Each request's outcome, directory servers and connected networks (MS-MQSD 3.1.5.2)."""
+    return compare_discovery(truth, sink.query("SELECT * FROM discovery_requests"))
+
+
+def compare_discovery(truth: dict, requests: list[dict]) -> tuple[list[str], str]:
+    """Each request's outcome, directory servers and connected networks (MS-MQSD 3.1.5.2), as its
+    client saw the traffic delivered (the truth follows the faults)."""
     expected = truth["discovery"]
-    rows = {r["request_id"]: r for r in sink.query("SELECT * FROM discovery_requests")}
+    rows = {r["request_id"]: r for r in requests}
     diffs = []
     for rid, exp in sorted(expected.items()):
         got = rows.get(rid)
@@ -136,10 +152,15 @@ def _deleted_diffs(where: str, expected: dict, got: dict) -> list[str]:
     return diffs
 
 
-def check_notifications(truth: dict, sink) -> tuple[list[str], str]:
-    """Each queue manager's own attributes and QueueCollection (MS-MQCN 3.2.1)."""
+def check_notifications(truth: dict, sink, strict: bool = False) -> tuple[list[str], str, list[str]]:
+    """Each queue manager's own attributes and QueueCollection (MS-MQCN 3.2.1), judged by what it
+    could read from the replicas (verify_reads), or by the authority's truth alone (strict)."""
+    history = None if strict else sink.query(
+        "SELECT server, object_guid, seq_number, kind, properties, valid_from FROM directory_history "
+        "WHERE object_type IN ('queue', 'machine')")
     return compare_notifications(truth, sink.query("SELECT * FROM queue_managers"),
-                                 sink.query("SELECT * FROM qm_queues"), sink.query("SELECT * FROM notifications"))
+                                 sink.query("SELECT * FROM qm_queues"), sink.query("SELECT * FROM notifications"),
+                                 history)
 
 
 # v1 updates change only these queue attributes (3.2.5.1: "All other PROPIDs ... MUST be ignored"),
@@ -149,12 +170,19 @@ V1_COMPARED = ("path_name", "type", "base_priority", "journal", "quota", "journa
 V2_COMPARED = V1_COMPARED + ("label", "modify_time")
 
 
-def compare_notifications(truth: dict, managers: list[dict], queues: list[dict], notifications: list[dict]):
+def compare_notifications(truth: dict, managers: list[dict], queues: list[dict], notifications: list[dict],
+                          history: list[dict] | None = None) -> tuple[list[str], str, list[str]]:
+    """(differences, summary, differences explained by replica lag). Without history (strict), every
+    attribute is compared with the authority's final value; with directory_history's rows, a value
+    read from the directory is judged by the version the replicas held at the read (verify_reads)."""
     from ..operators.notification_rows import QUEUE_COLUMNS
+    from ..operators.notifications import V1_QM_UPDATE
+    judge = ReadJudge(ReplicaHistory(history)) if history is not None else None
     diffs = []
     by_id = {m["machine_id"]: m for m in managers}
-    live: dict[str, dict[str, dict]] = {}
+    live, rows = {}, {}
     for q in queues:
+        rows[q["queue_guid"]] = q
         if not as_bool(q["deleted"]):
             live.setdefault(q["queue_manager"], {})[q["queue_guid"]] = q
     for machine_id, exp in sorted(truth["queue_managers"].items()):
@@ -163,9 +191,13 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
         if got is None:
             diffs.append(f"{where}: missing queue manager")
             continue
-        for attr in ("quota", "journal_quota", "security"):
-            if got[attr] != exp[attr]:
+        qm_read = ReadRecord.of_manager(got)
+        for propid, attr in V1_QM_UPDATE.items():
+            if got[attr] != exp[attr] and not (judge and judge.attribute(where, "queue manager", qm_read, propid,
+                                                                         got[attr], exp[attr])):
                 diffs.append(f"{where}: {attr} is {got[attr]!r}, expected {exp[attr]!r}")
+        if judge:
+            judge.read_version(where, "queue manager", qm_read)
         compared = V2_COMPARED if exp["notification_version"] == "v2" else V1_COMPARED
         mine = live.get(machine_id, {})
         for guid, q in sorted(exp["queues"].items()):
@@ -173,11 +205,17 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
             if row is None:
                 diffs.append(f"{where}: missing queue {guid} ({q['path_name']})")
                 continue
+            read, what = ReadRecord.of_queue(row), f"queue {guid}"
             for name, col in QUEUE_COLUMNS.items():
-                if col in compared and row[col] != q["properties"].get(name):
-                    diffs.append(f"{where}: queue {guid} {col} is {row[col]!r}, expected {q['properties'].get(name)!r}")
+                want = q["properties"].get(name)
+                if col in compared and row[col] != want and not (judge and judge.attribute(where, what, read, name,
+                                                                                           row[col], want)):
+                    diffs.append(f"{where}: queue {guid} {col} is {row[col]!r}, expected {want!r}")
+            if judge:
+                judge.read_version(where, what, read)
         for guid in sorted(set(mine) - set(exp["queues"])):
-            diffs.append(f"{where}: extra queue {guid} ({mine[guid]['path_name']})")
+            if not (judge and judge.extra(where, f"queue {guid}", ReadRecord.of_queue(mine[guid]))):
+                diffs.append(f"{where}: extra queue {guid} ({mine[guid]['path_name']})")
     outcomes = {(n["message_id"]): n["outcome"] for n in notifications}
     for d in truth.get("discarded_notifications", []):
         if outcomes.get(d["message_id"]) != "discarded":
@@ -190,7 +228,13 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
     for n in unresolved:
         if n["object_guid"] in existing:
             diffs.append(f"notification {n['message_id']} ({n['action']} {n['object_guid']}) still unresolved")
-    return diffs, f"{len(truth['queue_managers'])} queue managers, {len(unresolved)} notifications unresolved"
+    stale = judge.stale if judge else []
+    if judge:
+        diffs += judge.diffs
+    summary = f"{len(truth['queue_managers'])} queue managers, {len(unresolved)} notifications unresolved"
+    if judge:
+        summary += f", {len(stale)} stale by replica lag"
+    return diffs, summary, stale
 
 
 CHECK_FUNCTIONS = {"discovery": check_discovery, "replication": check_replication,

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from datetime import datetime
 
 from .notifications import QueueManager, Version
+from ..wire.seqnum import seq_hex
 from .replication_rows import VersionRecord, ts
 
 QUEUE_COLUMNS = {
@@ -26,11 +27,13 @@ def step_rows(qm: QueueManager) -> list[tuple[str, dict]]:
         rows.append(("queue_managers", {"machine_id": s.machine_id, "machine_name": s.machine_name,
                                         "quota": s.quota, "journal_quota": s.journal_quota,
                                         "security": s.security, "updated_at": ts(s.updated_ms) if s.updated_ms
-                                        else None, **health_columns(s)}))
+                                        else None, **health_columns(s),
+                                        **read_columns("qm_", s.qm_read_ms, s.qm_read_seq, s.qm_since_read)}))
     for guid in sorted(qm.queues_touched):
         q = s.queues[guid]
         row = {"queue_manager": s.machine_id, "queue_guid": guid, "deleted": q.deleted,
-               "last_notification": q.last_notification, "updated_at": ts(q.updated_ms)}
+               "last_notification": q.last_notification, "updated_at": ts(q.updated_ms),
+               **read_columns("", q.read_ms, q.read_seq, q.since_read)}
         row.update({col: q.attributes.get(name) for name, col in QUEUE_COLUMNS.items()})
         rows.append(("qm_queues", row))
     for o in qm.outcomes:
@@ -45,6 +48,15 @@ def step_rows(qm: QueueManager) -> list[tuple[str, dict]]:
             "fired_at": ts(b.fired_ms), "count": b.count, "refresh_all": b.refresh_all}))
     qm.outcomes, qm.batches, qm.queues_touched, qm.qm_touched, qm.arrived = [], [], set(), False, False
     return rows
+
+
+def read_columns(prefix: str, read_ms: int | None, read_seq: int | None, since_read: set) -> dict:
+    """When the object was last read from the directory (3.2.5.2 Read Directory), the sequence number
+    of the version read, and the attributes later notifications set since (issue 32: verify judges
+    the rest by what the replicas held at that time)."""
+    return {f"{prefix}read_at": ts(read_ms) if read_ms is not None else None,
+            f"{prefix}read_seq": seq_hex(read_seq) if read_seq is not None else None,
+            f"{prefix}since_read": sorted(since_read)}
 
 
 def health_columns(s) -> dict:

@@ -109,13 +109,15 @@ OUTBOUND_MESSAGES = table("outbound_messages", [
 QUEUE_MANAGERS = table("queue_managers", [
     ("machine_id", "text"), ("machine_name", "text"), ("quota", "bigint"), ("journal_quota", "bigint"),
     ("security", "text"), ("updated_at", "timestamp"), ("notifications_waiting", "bigint"),
-    ("unresolved_reads", "bigint"), ("last_processed_at", "timestamp")], ["machine_id"], mode="replace")
+    ("unresolved_reads", "bigint"), ("last_processed_at", "timestamp"), ("qm_read_at", "timestamp"),
+    ("qm_read_seq", "text"), ("qm_since_read", "json")], ["machine_id"], mode="replace")
 QM_QUEUES = table("qm_queues", [
     ("queue_manager", "text"), ("queue_guid", "text"), ("path_name", "text"), ("type", "text"), ("label", "text"),
     ("base_priority", "bigint"), ("journal", "bigint"), ("quota", "bigint"), ("journal_quota", "bigint"),
     ("create_time", "bigint"), ("modify_time", "bigint"), ("security", "text"), ("authenticate", "bigint"),
     ("priv_level", "bigint"), ("transactional", "bigint"), ("scope", "bigint"), ("deleted", "bool"),
-    ("last_notification", "text"), ("updated_at", "timestamp")], ["queue_manager", "queue_guid"], mode="replace")
+    ("last_notification", "text"), ("updated_at", "timestamp"), ("read_at", "timestamp"), ("read_seq", "text"),
+    ("since_read", "json")], ["queue_manager", "queue_guid"], mode="replace")
 NOTIFICATIONS = table("notifications", [
     ("queue_manager", "text"), ("message_id", "text"), ("update_index", "bigint"), ("version", "bigint"),
     ("action", "text"), ("object_guid", "text"), ("outcome", "text"), ("reason", "text"), ("batch", "bigint"),

@@ -1,0 +1,190 @@
+"""What a queue manager could have read (issue 32): `dirstream verify` judges each attribute a queue
+manager took from the directory by the replicas' versions at its read time (directory_history), not
+by the authority's final value.
+
+MS-MQCN 3.2.5.2 (Read Directory) reads the directory as it is when the queue manager processes the
+notification, and a replica may lag the authority that sent the notification (MC-MQDSRP 3.1.1). So an
+attribute read from the directory and not set since by a notification must be the one of the
+version the replicas held at the read time: of the versions any replica had received by then, the one
+with the highest sequence number (a deletion carries the deleted object's own number and comes after
+it). The check is independent of the operator: it recomputes that version from the sink's history.
+
+- the recorded read must be that version (same sequence number): an operator that read a version
+  dated after its read time, or missed one dated before it, fails;
+- the attribute must be that version's value: a tampered or mis-applied value fails;
+- if that value differs from the authority's, the difference is explained by replica lag when a
+  replica later received a version with the authority's value: listed apart, with the lag.
+"""
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..sinks import as_bool
+from ..wire.seqnum import seq_from_hex
+
+
+@dataclass(frozen=True)
+class HeldVersion:
+    """One version of one object as one replica held it (a directory_history row)."""
+    received_ms: int
+    seq: int
+    deleted: bool
+    server: str
+    properties: dict
+
+    def recency(self) -> tuple:
+        """The order the MQCN operator reads in: sequence number, then time, a deletion last, then server."""
+        return self.seq, self.received_ms, self.deleted, self.server
+
+
+def epoch_ms(value) -> int | None:
+    """A timestamp column (datetime, or ISO text from SQLite) as epoch milliseconds."""
+    if value is None:
+        return None
+    at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return round(at.timestamp() * 1000)
+
+
+def iso_ms(ms: int) -> str:
+    from ..operators.replication_rows import ts
+    return ts(ms)
+
+
+class ReplicaHistory:
+    """The replicas' versions of the queue and machine objects, by object GUID: of the copies of one
+    version (same sequence number, deletion and properties) the first any replica received, since a
+    read takes the most recent version received by its time and a later copy changes none."""
+
+    def __init__(self, rows: list[dict]):
+        first: dict[tuple, HeldVersion] = {}
+        for r in rows:
+            props = r["properties"]
+            text = props if isinstance(props, str) else json.dumps(props, sort_keys=True)
+            v = HeldVersion(epoch_ms(r["valid_from"]), seq_from_hex(r["seq_number"]), r["kind"] == "deleted",
+                            r["server"], json.loads(text) if isinstance(props, str) else (props or {}))
+            key = (r["object_guid"], v.seq, v.deleted, text)
+            if key not in first or (v.received_ms, v.server) < (first[key].received_ms, first[key].server):
+                first[key] = v
+        self.versions: dict[str, list[HeldVersion]] = {}
+        for (guid, *_), v in first.items():
+            self.versions.setdefault(guid, []).append(v)
+
+    def as_of(self, guid: str, at_ms: int) -> HeldVersion | None:
+        """What a read at at_ms returns: the most recent version any replica had received by then."""
+        seen = [v for v in self.versions.get(guid, ()) if v.received_ms <= at_ms]
+        return max(seen, key=HeldVersion.recency) if seen else None
+
+    def first_after(self, guid: str, seq: int, wanted) -> HeldVersion | None:
+        """The earliest-received version newer than seq for which wanted(version) holds."""
+        later = [v for v in self.versions.get(guid, ()) if v.seq > seq and wanted(v)]
+        return min(later, key=lambda v: (v.received_ms, v.server)) if later else None
+
+
+@dataclass
+class ReadRecord:
+    """One object's last read as the sink records it."""
+    guid: str
+    read_ms: int | None
+    read_seq: int | None
+    since_read: frozenset
+
+    @classmethod
+    def of_queue(cls, row: dict) -> "ReadRecord":
+        return cls(row["queue_guid"], epoch_ms(row.get("read_at")), _seq(row.get("read_seq")),
+                   frozenset(_json_list(row.get("since_read"))))
+
+    @classmethod
+    def of_manager(cls, row: dict) -> "ReadRecord":
+        return cls(row["machine_id"], epoch_ms(row.get("qm_read_at")), _seq(row.get("qm_read_seq")),
+                   frozenset(_json_list(row.get("qm_since_read"))))
+
+
+def _seq(text) -> int | None:
+    return seq_from_hex(text) if text else None
+
+
+def _json_list(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return json.loads(value)
+    return list(value)
+
+
+class ReadJudge:
+    """Judges one object's read against the history; collects failures and lag explanations."""
+
+    def __init__(self, history: ReplicaHistory):
+        self.history = history
+        self.diffs: list[str] = []
+        self.stale: list[str] = []
+        self._checked: set[str] = set()
+
+    def read_version(self, where: str, what: str, read: ReadRecord) -> HeldVersion | None:
+        """The version the read must have used, after checking that the sink recorded that one
+        (once per object); None when there was no read to judge by or it is wrong."""
+        if read.read_ms is None:
+            return None
+        held = self.history.as_of(read.guid, read.read_ms)
+        if read.guid not in self._checked:
+            self._checked.add(read.guid)
+            if held is None:
+                self.diffs.append(f"{where}: {what} read at {iso_ms(read.read_ms)}, before any replica held it")
+            elif held.seq != read.read_seq:
+                self.diffs.append(f"{where}: {what} read at {iso_ms(read.read_ms)} used seq {_hex(read.read_seq)}, "
+                                  f"but the replicas held seq {_hex(held.seq)} then ({held.server})")
+        if held is None or held.seq != read.read_seq:
+            return None
+        return held
+
+    def attribute(self, where: str, what: str, read: ReadRecord, propid: str, value, authority) -> bool:
+        """A value that differs from the authority's: True if handled here (explained by replica lag,
+        or reported against the version read), False if the caller reports the plain difference."""
+        if propid in read.since_read:
+            return False                              # set by a notification: no read to blame
+        held = self.read_version(where, what, read)
+        if held is None or held.deleted or propid not in held.properties:
+            return False
+        if held.properties[propid] != value:
+            self.diffs.append(f"{where}: {what} {_short(propid)} is {value!r}, but the version read at "
+                              f"{iso_ms(read.read_ms)} (seq {_hex(held.seq)}) holds {held.properties[propid]!r}")
+            return True                               # reported here, with what it should be
+        later = self.history.first_after(read.guid, held.seq,
+                                         lambda v: not v.deleted and v.properties.get(propid) == authority)
+        return self._lagged(where, f"{what} {_short(propid)} is {value!r}, the authority's {authority!r}", read, later)
+
+    def extra(self, where: str, what: str, read: ReadRecord) -> bool:
+        """A queue the sink holds but the authority deleted: True if it was live at the read and no
+        replica had received the deletion by then (stale), or the read is reported wrong."""
+        if "deleted" in read.since_read:
+            return False
+        held = self.read_version(where, what, read)
+        if held is None:
+            return False
+        if held.deleted:
+            self.diffs.append(f"{where}: {what} is live, but the version read at {iso_ms(read.read_ms)} "
+                              f"(seq {_hex(held.seq)}) is its deletion")
+            return True
+        later = self.history.first_after(read.guid, held.seq - 1, lambda v: v.deleted)
+        return self._lagged(where, f"{what} is live, the authority deleted it", read, later)
+
+    def _lagged(self, where: str, text: str, read: ReadRecord, later: HeldVersion | None) -> bool:
+        if later is None or later.received_ms <= read.read_ms:
+            return False
+        self.stale.append(f"{where}: {text}: stale by replica lag: {later.received_ms - read.read_ms} ms, read at "
+                          f"{iso_ms(read.read_ms)}, the replica {later.server} received the change at "
+                          f"{iso_ms(later.received_ms)}")
+        return True
+
+
+def _hex(seq: int | None) -> str:
+    from ..wire.seqnum import seq_hex
+    return seq_hex(seq) if seq is not None else "none"
+
+
+def _short(propid: str) -> str:
+    return propid.removeprefix("PROPID_").lower()
+
+
+def live(row: dict) -> bool:
+    return not as_bool(row["deleted"])

@@ -1,0 +1,191 @@
+"""Issue 32: `verify` judges what a queue manager could read from the replicas at its read times
+(directory_history), without letting that weaker reading hide a defect.
+
+Offline (the replication and MQCN operators driven as the job drives them, against the simulator's
+independent truth): over many seeds with every fault, verify is clean and every difference from the
+authority's final values is explained by replica lag; a tampered attribute, a read of a version
+dated after the read, and a read that missed an earlier version still fail."""
+import copy
+import random
+
+import pytest
+
+from replication_harness import OfflineJob
+from streaming.apps.verify import compare_notifications
+from streaming.apps.verify_reads import ReplicaHistory, epoch_ms
+from streaming.operators import notifications as mqcn
+from test_replication_offline import run
+
+
+def _finished(seed: int, drop: float = 0.03, count: int = 1500, quiet_ms: int = 3_600_000,
+              stopped_at: float = 1.0) -> tuple[OfflineJob, dict]:
+    """A simulated enterprise with every fault, processed in random micro-batches with the
+    authorities answering, then quiet_ms of event time after the run (the quiet hour: every
+    queue manager's timers have fired). stopped_at < 1: only that share of the traffic, as a job
+    stopped in the middle of the run sees it."""
+    envelopes, truth = run(200 + seed, count, reorder=0.1, duplicate=0.05, drop=drop, nack=0.01, corrupt=0.01,
+                           unauthenticated=0.05)
+    envelopes = envelopes[:int(len(envelopes) * stopped_at)]
+    rng = random.Random(seed)
+    job = OfflineJob(truth, pec_name="pec0")
+    cuts = sorted(rng.sample(range(1, len(envelopes)), rng.randint(1, 30)))
+    for lo, hi in zip([0] + cuts, cuts + [len(envelopes)]):
+        job.feed(envelopes[lo:hi])
+        job.run_until_quiet()
+    end = job.max_event_ms + quiet_ms
+    job.fire_timers(end)
+    job.fire_qm_timers(end)
+    return job, truth
+
+
+def _judged(job: OfflineJob, truth: dict, queues=None, managers=None, strict: bool = False):
+    return compare_notifications(truth, managers if managers is not None else job.rows("queue_managers"),
+                                 queues if queues is not None else job.rows("qm_queues"), job.rows("notifications"),
+                                 None if strict else job.history)
+
+
+# ---------------------------------------------------------------- the judge on hand-made histories
+T0 = 1_767_225_600_000           # 2026-01-01T00:00:00Z
+
+
+def _version(server, at, seq, props=None, kind="modified", guid="q1"):
+    from streaming.operators.replication_rows import ts
+    return {"server": server, "object_guid": guid, "seq_number": f"{seq:016x}", "kind": kind,
+            "properties": props if props is not None else {"PROPID_Q_QUOTA": 1}, "valid_from": ts(T0 + at)}
+
+
+def _queue_row(read_at, read_seq, since=(), **columns):
+    from streaming.operators.replication_rows import ts
+    return {"queue_manager": "m1", "queue_guid": "q1", "deleted": False, "read_at": ts(T0 + read_at),
+            "read_seq": f"{read_seq:016x}", "since_read": list(since), "path_name": "qm1\\q", **columns}
+
+
+def _truth(quota=2, queues=True):
+    return {"queue_managers": {"m1": {"machine_name": "qm1", "notification_version": "v2", "quota": None,
+                                      "journal_quota": None, "security": None,
+                                      "queues": {"q1": {"path_name": "qm1\\q", "properties": {
+                                          "PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": quota}}} if queues else {}}}}
+
+
+MANAGER = {"machine_id": "m1", "quota": None, "journal_quota": None, "security": None, "qm_read_at": None,
+           "qm_read_seq": None, "qm_since_read": []}
+HISTORY = [_version("dc1", 0, 5, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 1}, "created"),
+           _version("dc2", 10, 5, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 1}, "created"),
+           _version("dc2", 148, 6, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 2}),
+           _version("dc1", 300, 6, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 2})]
+
+
+def _compare(row, truth=None, history=HISTORY):
+    return compare_notifications(truth or _truth(), [MANAGER], [row], [], history)
+
+
+def _columns(**values):
+    from streaming.operators.notification_rows import QUEUE_COLUMNS
+    row = {col: None for col in QUEUE_COLUMNS.values()}
+    row.update(values)
+    return row
+
+
+def test_a_value_read_before_any_replica_had_the_change_is_stale_by_replica_lag():
+    row = _queue_row(100, 5, **_columns(path_name="qm1\\q", quota=1))
+    diffs, summary, stale = _compare(row)
+    assert diffs == []
+    assert stale == ["qm1 (v2): queue q1 q_quota is 1, the authority's 2: stale by replica lag: 48 ms, read at "
+                     "2026-01-01T00:00:00.100+00:00, the replica dc2 received the change at "
+                     "2026-01-01T00:00:00.148+00:00"]
+    assert "1 stale by replica lag" in summary
+    strict, _, none = _compare(row, history=None)              # --strict-authority
+    assert strict == ["qm1 (v2): queue q1 quota is 1, expected 2"] and none == []
+
+
+def test_a_tampered_value_fails_even_where_the_read_was_stale():
+    diffs, _, stale = _compare(_queue_row(100, 5, **_columns(path_name="qm1\\q", quota=7)))
+    assert stale == [] and diffs == ["qm1 (v2): queue q1 q_quota is 7, but the version read at "
+                                     "2026-01-01T00:00:00.100+00:00 (seq 0000000000000005) holds 1"]
+
+
+def test_a_read_of_a_version_dated_after_the_read_fails_even_with_the_authoritys_value():
+    diffs, _, stale = _compare(_queue_row(100, 6, **_columns(path_name="qm1\\q", quota=2)))
+    assert stale == [] and diffs == ["qm1 (v2): queue q1 read at 2026-01-01T00:00:00.100+00:00 used seq "
+                                     "0000000000000006, but the replicas held seq 0000000000000005 then (dc1)"]
+
+
+def test_a_read_that_missed_a_version_the_replicas_held_fails():
+    diffs, _, stale = _compare(_queue_row(200, 5, **_columns(path_name="qm1\\q", quota=1)))
+    assert stale == [] and sorted(diffs) == [
+        "qm1 (v2): queue q1 quota is 1, expected 2",
+        "qm1 (v2): queue q1 read at 2026-01-01T00:00:00.200+00:00 used seq 0000000000000005, but the replicas "
+        "held seq 0000000000000006 then (dc2)"]
+
+
+def test_an_attribute_a_notification_set_is_not_excused_by_the_read():
+    diffs, _, stale = _compare(_queue_row(100, 5, since=["PROPID_Q_QUOTA"], **_columns(path_name="qm1\\q", quota=1)))
+    assert stale == [] and diffs == ["qm1 (v2): queue q1 quota is 1, expected 2"]
+
+
+def test_a_queue_deleted_after_the_read_is_stale_and_one_deleted_before_it_is_not():
+    deleted = HISTORY + [_version("dc1", 400, 6, {"PROPID_Q_QUOTA": 2}, "deleted")]
+    row = _queue_row(350, 6, **_columns(path_name="qm1\\q", quota=2))
+    diffs, _, stale = _compare(row, _truth(queues=False), deleted)
+    assert diffs == [] and len(stale) == 1 and "is live, the authority deleted it: stale by replica lag: 50 ms" in stale[0]
+    diffs, _, stale = _compare(dict(row, read_at=_queue_row(450, 6)["read_at"]), _truth(queues=False), deleted)
+    assert stale == [] and any("is its deletion" in d for d in diffs)
+
+
+# ---------------------------------------------------------------- the operator's reads, offline
+def _read_differences(job: OfflineJob) -> tuple[list[str], int]:
+    """What verify says about every recorded read (queues and queue managers), and how many there are."""
+    from streaming.apps.verify_reads import ReadJudge, ReadRecord
+    judge, reads = ReadJudge(ReplicaHistory(job.history)), 0
+    for record in ([ReadRecord.of_queue(r) for r in job.rows("qm_queues")]
+                   + [ReadRecord.of_manager(r) for r in job.rows("queue_managers")]):
+        reads += record.read_ms is not None
+        judge.read_version("qm", record.guid, record)
+    return judge.diffs, reads
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_every_recorded_read_is_the_version_the_replicas_held_at_its_time(seed):
+    """Over random traffic with every fault, authorities answering and random micro-batches, each
+    read the MQCN operator records is the one verify recomputes from directory_history."""
+    job, _truth = _finished(seed, drop=0.03 * (seed % 2))
+    diffs, reads = _read_differences(job)
+    assert reads > 20 and diffs == []
+
+
+def _operator_rows(read_offset_ms: int = 0):
+    """A v2 queue manager reads queue 1 at T0 + 50 ms (Event 1, processed on arrival); the replicas
+    received quota 7 at T0 and quota 9 at T0 + 100 ms. read_offset_ms > 0: a defective operator
+    that reads the directory that much later than it should."""
+    from streaming.operators.notification_rows import step_rows
+    from test_notifications import QM, T0 as AT, at_arrival, batched, guid, queue_version, v2
+    qm = batched()
+    if read_offset_ms:
+        honest = qm.read
+        qm.read = lambda g, as_of_ms: honest(g, as_of_ms + read_offset_ms)
+    versions = [queue_version(1, AT, 5, Q_QUOTA=7), queue_version(1, AT + 100, 6, Q_QUOTA=9)]
+    for v in versions:
+        qm.directory_object(guid(1), v)
+    at_arrival(qm, v2(1, guid(1), AT + 50))
+    rows = step_rows(qm)
+    history = [{"server": v.server, "object_guid": guid(1), "seq_number": f"{v.seq_number:016x}", "kind": "modified",
+                "properties": v.properties, "valid_from": datetime_of(v.event_ms)} for v in versions]
+    truth = {"queue_managers": {QM: {"machine_name": "qm", "notification_version": "v2", "quota": None,
+                                     "journal_quota": None, "security": None, "queues": {guid(1): {
+                                         "path_name": "qm\\q1", "properties": versions[-1].properties}}}}}
+    managers = [dict(r, quota=None) for t, r in rows if t == "queue_managers"] or [
+        {"machine_id": QM, "quota": None, "journal_quota": None, "security": None}]
+    return compare_notifications(truth, managers, [r for t, r in rows if t == "qm_queues"], [], history)
+
+
+def datetime_of(ms: int):
+    from datetime import datetime, timezone
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def test_an_operator_that_reads_versions_dated_after_the_read_fails():
+    diffs, _, stale = _operator_rows()
+    assert diffs == [] and len(stale) == 1 and "q_quota is 7, the authority's 9: stale by replica lag: 50 ms" in stale[0]
+    diffs, _, stale = _operator_rows(read_offset_ms=60_000)            # reads quota 9, dated after the read
+    assert stale == [] and len(diffs) == 1 and "used seq 0000000000000006, but the replicas held seq " \
+        "0000000000000005 then" in diffs[0]
