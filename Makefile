@@ -25,7 +25,7 @@ system-deps:
 # run the job into var/dirstream.db until Ctrl-C.
 run: setup
 	$(BIN)/dirstream broker start
-	$(BIN)/dirstream produce simulate --count $(DEMO_MESSAGES) --truth var/truth.json
+	$(BIN)/dirstream produce simulate --seed $(DEMO_SEED) --count $(DEMO_MESSAGES) --truth var/truth.json
 	$(BIN)/dirstream produce respond --truth var/truth.json > var/responder.log 2>&1 & \
 	  responder=$$!; echo $$responder > var/responder.pid; \
 	  trap 'kill $$responder 2>/dev/null; rm -f var/responder.pid; \
@@ -39,6 +39,7 @@ stop:
 	-$(BIN)/dirstream broker stop
 
 DEMO_MESSAGES ?= 20000
+DEMO_SEED ?= 1
 
 test: system-deps setup
 	$(BIN)/python -m pytest -q --durations=15

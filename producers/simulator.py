@@ -101,6 +101,9 @@ class Simulator:
         self.acked: dict[tuple[str, str], int] = {}           # (psc, partition) -> acked seq at the authority
         self.cn_mode = {qm.name: ("v1" if self.rng.random() < v1_share else "v2") for qm in self.ent.queue_managers()}
         self.requests: list[_Request] = []
+        self.mqsd_sent: dict[str, tuple[_Request, "_Reply | None"]] = {}     # message id -> request, reply
+        self.mqsd_delivered: list[tuple[str, int]] = []                     # (message id, arrival) in order
+        self.mqcn_delivered: list[dict] = []         # notifications but the unauthenticated, copies too, in order
         self._pending_replies: list[tuple[_Request, _Reply]] = []
         self.dead_letters: list[dict] = []
         self.discarded: list[dict] = []
@@ -120,6 +123,11 @@ class Simulator:
         produced = 0
         stream = self._faulty(self._raw_messages())
         for msg in stream:
+            if msg.protocol == "mqsd" and not msg.kind.startswith("corrupt:"):
+                # what the clients see (issue 32): each copy as delivered, after the faults
+                self.mqsd_delivered.append((msg.envelope["message_id"], msg.envelope["arrival_time"]))
+            elif msg.protocol == "mqcn" and msg.kind != "v1:unauthenticated" and not msg.kind.startswith("corrupt:"):
+                self.mqcn_delivered.append(msg.envelope)
             yield msg
             produced += 1
             if count is not None and produced >= count:
@@ -512,9 +520,10 @@ class Simulator:
         request_id = self.ent.new_guid()
         packet = mqsd.new_request(self.ent.enterprise_id, request_id, client.site_id)
         site = self.ent.site_index(client.site_id)
-        self._emit("mqsd", encode("mqsd", packet), "request", source=client.ip, dest=f"10.{site}.255.255",
-                   queue="udp:1801", sender_type="None", auth="None", hash_alg=None)
+        sent = self._emit("mqsd", encode("mqsd", packet), "request", source=client.ip, dest=f"10.{site}.255.255",
+                          queue="udp:1801", sender_type="None", auth="None", hash_alg=None)
         req = _Request(request_id, client, self.now, scenario)
+        self.mqsd_sent[sent.envelope["message_id"]] = (req, None)
         local = [s for s in self.ent.directory_servers() if s.site_id == client.site_id]
         remote = [s for s in self.ent.directory_servers() if s.site_id != client.site_id]
         plan = {"local": [("local", 40)], "remote_then_local": [("remote", 30), ("local", 80)],
@@ -545,8 +554,10 @@ class Simulator:
             responding_site = responder.site_id
         packet = mqsd.new_reply(req.request_id, [self.ent.site_cns[responder.site_id]], responding_site, servers)
         reply.packet = packet.server_reply
-        self._emit("mqsd", encode("mqsd", packet), f"reply:{reply.where}", source=responder.ip, dest=req.client.ip,
-                   queue="udp:1801", sender_type="None", auth="None", hash_alg=None, at_ms=reply.at_ms)
+        sent = self._emit("mqsd", encode("mqsd", packet), f"reply:{reply.where}", source=responder.ip,
+                          dest=req.client.ip, queue="udp:1801", sender_type="None", auth="None", hash_alg=None,
+                          at_ms=reply.at_ms)
+        self.mqsd_sent[sent.envelope["message_id"]] = (req, reply)
 
     # ================================================================== faults
     def _faulty(self, stream: Iterator[SimMessage]) -> Iterator[SimMessage]:

@@ -5,8 +5,10 @@
   keeps a replica of every partition (MQDSRP 1.3), so each server's replicas of the partitions it
   does not own must equal these. (An authority's own partition also changes by local
   administration, which is not on the wire; the authority responder plays that role.)
-- `queue_managers`: each queue manager's own attributes and its QueueCollection (MQCN 3.2.1).
-- `discovery`: each request's correct result by the client rules of MQSD 3.1.5.2 / 3.1.6.1.
+- `queue_managers`: each queue manager's own attributes and its QueueCollection (MQCN 3.2.1) as the
+  authority holds them, and `delivered`: what its notifications told it, in the order they came.
+- `discovery`: each request's correct result by the client rules of MQSD 3.1.5.2 / 3.1.6.1, over
+  the traffic as delivered (reordered, duplicated): what the client saw.
 - `dead_letters`, `discarded_notifications`, `dropped`, `duplicates`, `nacks`: injected faults.
 """
 from streaming.wire.propids import PROPIDS, propid
@@ -36,7 +38,7 @@ def properties_from_json(data: dict[str, object]) -> dict[int, object]:
 
 
 def build_truth(sim) -> dict:
-    e = sim.ent
+    e, delivered = sim.ent, notifications_as_delivered(sim)
     return {
         "seed": sim.seed,
         "enterprise_id": e.enterprise_id,
@@ -45,8 +47,10 @@ def build_truth(sim) -> dict:
                              if s.role != "QM" else []}
                     for s in e.servers.values()},
         "partitions": {pid: partition_json(p) for pid, p in e.partitions.items()},
-        "queue_managers": {qm.machine_id: queue_manager_json(e, qm, sim.cn_mode[qm.name]) for qm in e.queue_managers()},
-        "discovery": {r.request_id: discovery_result(r) for r in sim.requests},
+        "queue_managers": {qm.machine_id: dict(queue_manager_json(e, qm, sim.cn_mode[qm.name]),
+                                               delivered=delivered.get(qm.name, {"queues": {}, "machine": {}}))
+                           for qm in e.queue_managers()},
+        "discovery": discovery_results(sim),
         "dead_letters": sim.dead_letters,
         "discarded_notifications": sim.discarded,
         "dropped": sim.dropped,
@@ -78,34 +82,103 @@ def queue_manager_json(e: ent.Enterprise, qm: ent.Server, mode: str) -> dict:
                        for q in sorted(e.queues_of(qm.machine_id), key=lambda q: q.guid)}}
 
 
-def discovery_result(req) -> dict:
-    """MQSD client with one network (i == N): digest §5 cases C, D, E and the timer of 3.1.6.1.
+def notifications_as_delivered(sim) -> dict[str, dict]:
+    """What each queue manager was told (issue 32), in the order it was delivered (arrival time, then
+    delivery order), each message once (a copy has the same MessageID: MessageIDHistoryTable) and
+    the unauthenticated copies left out (3.2.5.1). Per queue: `last`, the last create or delete
+    ([kind, message id, arrival ms]); for v1, `set`: the last value each property was given by a
+    create or update, with its message and arrival. Per queue manager, `machine`: the same for its
+    own attributes (v1 machine updates). The authority's order is in the other fields; reordered
+    notifications make the two differ (3.2.5: a queue manager processes them as they come)."""
+    from streaming.wire import decode
+    out: dict[str, dict] = {}
+    seen: set[str] = set()
+    ordered = sorted(enumerate(sim.mqcn_delivered), key=lambda item: (_ms(item[1]["arrival_time"]), item[0]))
+    for _order, env in ordered:
+        if env["message_id"] in seen:
+            continue
+        seen.add(env["message_id"])
+        view = out.setdefault(env["destination_machine"], {"queues": {}, "machine": {}})
+        said = [env["message_id"], _ms(env["arrival_time"])]
+        msg = decode("mqcn", env["body"])
+        if msg.version == 2:
+            if msg.body.event in ("1", "3"):
+                queue = view["queues"].setdefault(msg.body.object_guid, {"set": {}})
+                queue["last"] = ["create" if msg.body.event == "1" else "delete"] + said
+            continue
+        for u in msg.updates:
+            _told(view, u, said)
+    return out
+
+
+def _told(view: dict, u, said: list) -> None:
+    """One v1 update (3.2.5.1) into a queue manager's delivered view."""
+    values = {PROPIDS[p.prop_id][0]: value_to_json(p.prop_id, p.value) for p in u.properties if p.prop_id in PROPIDS}
+    if u.command == 2:
+        view["queues"].setdefault(u.guid_identifier, {"set": {}})["last"] = ["delete"] + said
+    elif "PROPID_QM_MACHINE_ID" in values:
+        view["machine"].update({k: [v] + said for k, v in values.items()})
+    else:
+        queue = view["queues"].setdefault(values.get("PROPID_Q_INSTANCE") if u.command == 0 else u.guid_identifier,
+                                          {"set": {}})
+        if u.command == 0:
+            queue["last"] = ["create"] + said
+        queue["set"].update({k: [v] + said for k, v in values.items()})
+
+
+def discovery_results(sim) -> dict:
+    """Each request's result as its client saw the traffic delivered (issue 32): every copy of the
+    request and of its replies at its arrival time, after the faults (reordered, duplicated); a
+    request that was never delivered has no result."""
+    copies: dict[str, list] = {}
+    for order, (message_id, arrival) in enumerate(sim.mqsd_delivered):
+        req, reply = sim.mqsd_sent[message_id]
+        copies.setdefault(req.request_id, []).append((_ms(arrival), order, reply))
+    results = {}
+    for req in sim.requests:
+        result = discovery_result(req, copies.get(req.request_id, []))
+        if result is not None:
+            results[req.request_id] = result
+    return results
+
+
+def _ms(value) -> int:
+    return value if isinstance(value, int) else int(value.timestamp() * 1000)
+
+
+def discovery_result(req, copies: list[tuple[int, int, object]]) -> dict | None:
+    """MQSD client with one network (i == N): digest §5 cases C, D, E and the timer of 3.1.6.1, over
+    the delivered copies (arrival ms, delivery order, reply or None for the request itself). The
+    Wait For Response timer starts when the request goes out (its first copy); the replies count
+    in arrival order, each duplicate as a reply of its own (the client cannot tell them apart).
 
     Case C is read as the digest suggests: the local-site reply is copied into
     LastTopologyServerReply before populating, so its connected networks win and, its
     DirectoryServiceServerSize being 0, the server list is not populated (stays empty)."""
-    deadline = req.sent_ms + DISCOVERY_WAIT_MS
+    sent = [at for at, _order, reply in copies if reply is None]
+    if not sent:
+        return None
+    deadline = min(sent) + DISCOVERY_WAIT_MS
     last, outcome, completed_at = None, None, None
-    replies = sorted((r for r in req.replies if r.packet is not None), key=lambda r: r.at_ms)
-    for r in replies:
-        if r.at_ms > deadline:
+    replies = sorted((at, order, reply) for at, order, reply in copies if reply is not None)
+    for at, _order, r in replies:
+        if at > deadline:
             break
         if r.packet.directory_service_server_size == 0:        # case C
-            last, outcome, completed_at = r, "local-site", r.at_ms
+            last, outcome, completed_at = r, "local-site", at
             break
         if last is None:                                        # case D: keep it, restart the timer
-            last, deadline = r, r.at_ms + DISCOVERY_WAIT_MS
+            last, deadline = r, at + DISCOVERY_WAIT_MS
         else:                                                   # case E: complete with the kept reply
-            outcome, completed_at = "remote-site", r.at_ms
+            outcome, completed_at = "remote-site", at
             break
     if outcome is None:
         outcome, completed_at = ("no-reply", deadline) if last is None else ("remote-site", deadline)
     servers = [s.name for s in (last.packet.directory_service_server_array or [])] if last else []
     return {
-        "client": req.client.name, "client_site": req.client.site_id, "sent_ms": req.sent_ms,
+        "client": req.client.name, "client_site": req.client.site_id, "sent_ms": min(sent),
         "scenario": req.scenario, "outcome": outcome, "completed_ms": completed_at,
         "directory_servers": servers,
         "connected_networks": list(last.packet.connected_network_array) if last else [],
         "replies": len(replies),
     }
-

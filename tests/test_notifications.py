@@ -628,3 +628,16 @@ def test_the_queue_manager_row_counts_unresolved_reads_until_the_object_appears(
     assert _qm_row(qm)["unresolved_reads"] == 2
     qm.directory_object(guid(1), queue_version(1, T0 + 500, 3))
     assert _qm_row(qm)["unresolved_reads"] == 1
+
+
+def test_of_two_copies_of_one_change_a_read_takes_the_change_as_first_propagated():
+    """Issue 32: a replica that applied change 6 to a copy that missed change 5 holds, for an
+    instant, a version 6 with the older label (then the healed one, a copy the first arrivals leave
+    out). A read takes version 6 as it first arrived; a deletion of the same number still wins."""
+    qm = batched()
+    qm.directory_object(guid(1), queue_version(1, T0, 6, Q_LABEL="as propagated"))
+    stale = Version(T0 + 20, "pec0", 6, False, "queue", dict(queue_version(1, T0, 6).properties, PROPID_Q_LABEL="stale"))
+    qm.directory_object(guid(1), stale)
+    assert qm.read(guid(1), T0 + 30).properties["PROPID_Q_LABEL"] == "as propagated"
+    qm.directory_object(guid(1), queue_version(1, T0 + 40, 6, deleted=True))
+    assert qm.read(guid(1), T0 + 50).deleted

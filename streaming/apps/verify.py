@@ -2,7 +2,7 @@
 import json
 
 from ..sinks import as_bool, open_sink
-from .verify_reads import ReadJudge, ReadRecord, ReplicaHistory
+from .verify_reads import ReadJudge, ReadRecord, ReplicaHistory, epoch_ms
 
 CHECKS = ("discovery", "replication", "notifications")
 
@@ -33,7 +33,8 @@ def cmd_verify(args) -> int:
             for d in differences:
                 print(f"{name}: {d}")
             if stale:
-                print(f"{name}: stale by replica lag (what the queue manager could read then; not failures):")
+                print(f"{name}: explained by what the queue manager could see (replica lag, the order the "
+                      f"notifications came in; not failures):")
                 for d in stale:
                     print(f"{name}:   {d}")
             print(f"{name}: {summary}, {len(differences)} differences")
@@ -156,7 +157,7 @@ def check_notifications(truth: dict, sink, strict: bool = False) -> tuple[list[s
     """Each queue manager's own attributes and QueueCollection (MS-MQCN 3.2.1), judged by what it
     could read from the replicas (verify_reads), or by the authority's truth alone (strict)."""
     history = None if strict else sink.query(
-        "SELECT server, object_guid, seq_number, kind, properties, valid_from FROM directory_history "
+        "SELECT server, object_guid, version, seq_number, kind, properties, valid_from FROM directory_history "
         "WHERE object_type IN ('queue', 'machine')")
     return compare_notifications(truth, sink.query("SELECT * FROM queue_managers"),
                                  sink.query("SELECT * FROM qm_queues"), sink.query("SELECT * FROM notifications"),
@@ -172,12 +173,16 @@ V2_COMPARED = V1_COMPARED + ("label", "modify_time")
 
 def compare_notifications(truth: dict, managers: list[dict], queues: list[dict], notifications: list[dict],
                           history: list[dict] | None = None) -> tuple[list[str], str, list[str]]:
-    """(differences, summary, differences explained by replica lag). Without history (strict), every
-    attribute is compared with the authority's final value; with directory_history's rows, a value
-    read from the directory is judged by the version the replicas held at the read (verify_reads)."""
+    """(differences, summary, differences explained). Without history (strict), every attribute is
+    compared with the authority's final value; with directory_history's rows, a value read from the
+    directory is judged by the version the replicas held at the read, and one a notification set by
+    the notifications as they were delivered (the truth's `delivered`; verify_reads)."""
     from ..operators.notification_rows import QUEUE_COLUMNS
     from ..operators.notifications import V1_QM_UPDATE
     judge = ReadJudge(ReplicaHistory(history)) if history is not None else None
+    first = [n for n in notifications if n["outcome"] != "duplicate"]          # a copy's outcome is its own
+    outcomes = {n["message_id"]: n["outcome"] for n in first}
+    processed = {n["message_id"]: epoch_ms(n["processed_at"]) for n in first}
     diffs = []
     by_id = {m["machine_id"]: m for m in managers}
     live, rows = {}, {}
@@ -191,10 +196,12 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
         if got is None:
             diffs.append(f"{where}: missing queue manager")
             continue
-        qm_read = ReadRecord.of_manager(got)
+        qm_read, told = ReadRecord.of_manager(got), exp.get("delivered", {"queues": {}, "machine": {}})
         for propid, attr in V1_QM_UPDATE.items():
-            if got[attr] != exp[attr] and not (judge and judge.attribute(where, "queue manager", qm_read, propid,
-                                                                         got[attr], exp[attr])):
+            if got[attr] != exp[attr] and not (judge and (
+                    judge.attribute(where, "queue manager", qm_read, propid, got[attr], exp[attr])
+                    or judge.notified(where, "queue manager", qm_read, propid, got[attr], exp[attr],
+                                      told["machine"], outcomes))):
                 diffs.append(f"{where}: {attr} is {got[attr]!r}, expected {exp[attr]!r}")
         if judge:
             judge.read_version(where, "queue manager", qm_read)
@@ -206,17 +213,21 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
                 diffs.append(f"{where}: missing queue {guid} ({q['path_name']})")
                 continue
             read, what = ReadRecord.of_queue(row), f"queue {guid}"
+            said = told["queues"].get(guid, {}).get("set", {})
             for name, col in QUEUE_COLUMNS.items():
                 want = q["properties"].get(name)
-                if col in compared and row[col] != want and not (judge and judge.attribute(where, what, read, name,
-                                                                                           row[col], want)):
+                if col in compared and row[col] != want and not (judge and (
+                        judge.attribute(where, what, read, name, row[col], want)
+                        or judge.notified(where, what, read, name, row[col], want, said, outcomes))):
                     diffs.append(f"{where}: queue {guid} {col} is {row[col]!r}, expected {want!r}")
             if judge:
                 judge.read_version(where, what, read)
         for guid in sorted(set(mine) - set(exp["queues"])):
-            if not (judge and judge.extra(where, f"queue {guid}", ReadRecord.of_queue(mine[guid]))):
+            what = f"queue {guid}"
+            if not (judge and (judge.extra(where, what, ReadRecord.of_queue(mine[guid]))
+                               or judge.kept(where, what, guid, told["queues"].get(guid, {}).get("last"),
+                                             outcomes, processed))):
                 diffs.append(f"{where}: extra queue {guid} ({mine[guid]['path_name']})")
-    outcomes = {(n["message_id"]): n["outcome"] for n in notifications}
     for d in truth.get("discarded_notifications", []):
         if outcomes.get(d["message_id"]) != "discarded":
             diffs.append(f"notification {d['message_id']} to {d['queue_manager']}: outcome "
@@ -228,13 +239,13 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
     for n in unresolved:
         if n["object_guid"] in existing:
             diffs.append(f"notification {n['message_id']} ({n['action']} {n['object_guid']}) still unresolved")
-    stale = judge.stale if judge else []
+    explained = judge.stale + judge.delivered if judge else []
     if judge:
         diffs += judge.diffs
     summary = f"{len(truth['queue_managers'])} queue managers, {len(unresolved)} notifications unresolved"
     if judge:
-        summary += f", {len(stale)} stale by replica lag"
-    return diffs, summary, stale
+        summary += f", {len(judge.stale)} stale by replica lag, {len(judge.delivered)} as delivered"
+    return diffs, summary, explained
 
 
 CHECK_FUNCTIONS = {"discovery": check_discovery, "replication": check_replication,

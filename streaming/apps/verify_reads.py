@@ -31,10 +31,13 @@ class HeldVersion:
     deleted: bool
     server: str
     properties: dict
+    version: int = 0                 # the replica's running count: of two at the same time, the later
 
     def recency(self) -> tuple:
-        """The order the MQCN operator reads in: sequence number, then time, a deletion last, then server."""
-        return self.seq, self.received_ms, self.deleted, self.server
+        """Which version a read takes: the highest sequence number, a deletion after the live version
+        of the same number, then the earliest received (the change as propagated, not a copy a
+        replica applied to an object that missed an earlier change), then the server's name."""
+        return self.seq, self.deleted, -self.received_ms, self.server, self.version
 
 
 def epoch_ms(value) -> int | None:
@@ -61,7 +64,8 @@ class ReplicaHistory:
             props = r["properties"]
             text = props if isinstance(props, str) else json.dumps(props, sort_keys=True)
             v = HeldVersion(epoch_ms(r["valid_from"]), seq_from_hex(r["seq_number"]), r["kind"] == "deleted",
-                            r["server"], json.loads(text) if isinstance(props, str) else (props or {}))
+                            r["server"], json.loads(text) if isinstance(props, str) else (props or {}),
+                            int(r.get("version") or 0))
             key = (r["object_guid"], v.seq, v.deleted, text)
             if key not in first or (v.received_ms, v.server) < (first[key].received_ms, first[key].server):
                 first[key] = v
@@ -117,7 +121,8 @@ class ReadJudge:
     def __init__(self, history: ReplicaHistory):
         self.history = history
         self.diffs: list[str] = []
-        self.stale: list[str] = []
+        self.stale: list[str] = []             # explained by replica lag
+        self.delivered: list[str] = []         # explained by the order the notifications came in
         self._checked: set[str] = set()
 
     def read_version(self, where: str, what: str, read: ReadRecord) -> HeldVersion | None:
@@ -174,6 +179,46 @@ class ReadJudge:
         self.stale.append(f"{where}: {text}: stale by replica lag: {later.received_ms - read.read_ms} ms, read at "
                           f"{iso_ms(read.read_ms)}, the replica {later.server} received the change at "
                           f"{iso_ms(later.received_ms)}")
+        return True
+
+
+    # ------------------------------------------------------------ as the notifications were delivered
+    def notified(self, where: str, what: str, read: ReadRecord, propid: str, value, authority, told: dict,
+                 outcomes: dict) -> bool:
+        """An attribute a notification set after the last read (3.2.5.1 v1 create or update): True if it
+        is what the last notification delivered that set it says, and the queue manager applied
+        that one (reordered notifications: the truth's `delivered` view)."""
+        if read.read_ms is not None and propid not in read.since_read:
+            return False
+        said = told.get(propid)
+        if said is None or said[0] != value or outcomes.get(said[1]) != "applied":
+            return False
+        self.delivered.append(f"{where}: {what} {_short(propid)} is {value!r}, the authority's {authority!r}: as "
+                              f"delivered, the last notification that set it ({said[1]}, arrival {iso_ms(said[2])}) "
+                              f"says {value!r}")
+        return True
+
+    def kept(self, where: str, what: str, guid: str, last: list | None, outcomes: dict, processed: dict) -> bool:
+        """A queue the authority deleted but the queue manager holds: True if, as the notifications
+        were delivered, it could not know: the last one about the queue was its creation (the
+        deletion came before it), or the deletion came in a window of 100 or more that a refresh
+        replaced (note <3>) while no replica held the queue (the refresh reads, as an Event 2,
+        nothing to update)."""
+        if last is None:
+            return False
+        kind, message, arrival = last
+        if kind == "create":
+            self.delivered.append(f"{where}: {what} is live, the authority deleted it: as delivered, the last "
+                                  f"notification about it was its creation ({message}, arrival {iso_ms(arrival)})")
+            return True
+        refreshed = processed.get(message)
+        if outcomes.get(message) != "superseded-by-refresh" or refreshed is None:
+            return False
+        if self.history.as_of(guid, refreshed) is not None:
+            return False
+        self.delivered.append(f"{where}: {what} is live, the authority deleted it: as delivered, its deletion "
+                              f"({message}) came in a window of 100 or more notifications that a refresh replaced "
+                              f"at {iso_ms(refreshed)}, when no replica held the queue")
         return True
 
 

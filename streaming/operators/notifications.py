@@ -501,7 +501,7 @@ class QueueManager:
         """The directory as of a time: of the versions the replicas had by then, the one with the highest
         sequence number (the most recent change; a deletion carries its own sequence number)."""
         seen = [v for v in self.s.directory.get(guid, []) if v.event_ms <= as_of_ms]
-        return max(seen, key=recency) if seen else None
+        return latest(seen)
 
     def _read(self, guid: str, as_of_ms: int, object_type: str) -> Version | None:
         v = self.read(guid, as_of_ms)
@@ -522,7 +522,7 @@ class QueueManager:
         for guid, versions in self.s.directory.items():
             older = [v for v in versions if v.event_ms <= horizon]
             if len(older) > 1:
-                keep = max(older, key=recency)
+                keep = latest(older)
                 versions[:] = [v for v in versions if v is keep or v.event_ms > horizon]
 
     def _apply_queue(self, guid: str, v: Version, now: int, message_id: str | None) -> None:
@@ -622,11 +622,19 @@ def _queues_named(n: Notification) -> list[str]:
 
 
 def recency(v: Version) -> tuple:
-    """Which of two versions is the directory's later one: the higher sequence number, then the later
-    time; a removal carries the removed object's sequence number, so at a tie it is the later one.
-    The replica's name breaks what is left of a tie (replicas at the same change and time may differ
-    in what they held), so the choice never depends on the order the versions arrived in."""
-    return v.seq_number, v.event_ms, v.deleted, v.server
+    """Which of two versions is the directory's later one: the higher sequence number; a removal
+    carries the removed object's sequence number, so at a tie it is the later one. Of two live
+    versions of the same change, the earlier received (issue 32): that is the change as propagated,
+    while a replica that applied it later may have applied it to a copy that missed an earlier
+    change, and replaced it with the healed object at the same instant, a copy the first arrivals
+    leave out (FirstArrivals). The replica's name breaks what is left of a tie, so the choice never
+    depends on the order the versions arrived in."""
+    return v.seq_number, v.deleted, -v.event_ms, v.server
+
+
+def latest(versions: list[Version]) -> Version | None:
+    """The most recent of versions (recency)."""
+    return max(versions, key=recency) if versions else None
 
 
 def _version_order(v: Version) -> tuple:
