@@ -64,6 +64,30 @@ def visit(driver, base: str, page: str, tmp_path: Path, ready: str) -> None:
     driver.save_screenshot(str(tmp_path / f"{page}.png"))
 
 
+def _as_of(browser, sink, server: str) -> None:
+    """The Directory page's "as of" picker: the replica as directory_history says it was then."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+    from streaming.apps.history import parse_time
+    from streaming.sinks import iso
+    starts = sorted(str(r["valid_from"]) for r in sink.query(
+        "SELECT valid_from FROM directory_history WHERE server = ?", (server,)))
+    moment = iso(parse_time(starts[len(starts) // 2]))
+    expected = one(sink, "SELECT COUNT(*) AS n FROM directory_history WHERE server = ? AND kind <> 'deleted' AND "
+                         "valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)", (server, moment, moment))
+    now = one(sink, "SELECT COUNT(*) AS n FROM directory_objects WHERE server = ? AND deleted = 0", (server,))
+    assert expected > 0 and now > 0
+    box = browser.find_element(By.ID, "dir-as-of")
+    box.send_keys(moment + Keys.ENTER)
+    WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "dir-count").text.endswith(f"as of {moment}"))
+    assert text_of(browser, "dir-count") == f"{expected} objects as of {moment}"
+    box = browser.find_element(By.ID, "dir-as-of")
+    box.clear()
+    box.send_keys("yesterday" + Keys.ENTER)
+    assert "not a time" in text_of(browser, "dir-as-of-error")
+
+
 def one(sink, sql: str, params=()):
     return sink.query(sql, params)[0]["n"]
 
@@ -115,6 +139,7 @@ def test_every_page_shows_the_sink(broker, tmp_path, browser):
         visit(browser, base, "directory", tmp_path, "dir-count")
         servers = sorted(r["server"] for r in sink.query("SELECT DISTINCT server FROM directory_objects"))
         assert text_of(browser, "dir-count") == f"{one(sink, 'SELECT COUNT(*) AS n FROM directory_objects WHERE server = ? AND deleted = 0', (servers[0],))} objects"
+        _as_of(browser, sink, servers[0])
         pid = sorted(r["partition_id"] for r in sink.query("SELECT DISTINCT partition_id FROM directory_objects"))[0]
         sides = [{r["object_guid"]: (r["seq_number"], r["properties"]) for r in sink.query(
             "SELECT * FROM directory_objects WHERE server = ? AND partition_id = ? AND deleted = 0", (s, pid))}

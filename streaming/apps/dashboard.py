@@ -51,9 +51,9 @@ def create_app(sink_url: str, refresh_ms: int = 5000, users: dict[str, str] | No
         return pages.drill(reader(), value)
 
     @app.callback(Output("dir-body", "children"), Input("dir-server", "value"), Input("dir-type", "value"),
-                  Input("dir-search", "value"))
-    def directory_objects_callback(server, object_type, search):
-        return pages.directory_objects(reader(), server, object_type, search)
+                  Input("dir-search", "value"), Input("dir-as-of", "value"))
+    def directory_objects_callback(server, object_type, search, as_of):
+        return pages.directory_objects(reader(), server, object_type, search, as_of)
 
     @app.callback(Output("diff-body", "children"), Input("diff-a", "value"), Input("diff-b", "value"),
                   Input("diff-partition", "value"))

@@ -145,6 +145,10 @@ def directory_page(r: SinkReader):
                   dcc.Dropdown(id="dir-type", options=["all"] + types, value="all", clearable=False,
                                style={"width": "14em", "display": "inline-block", "marginLeft": "1em"}),
                   dcc.Input(id="dir-search", placeholder="path name or GUID contains…", debounce=True,
+                            persistence=True, persistence_type="session",
+                            style={"marginLeft": "1em", "width": "20em"}),
+                  dcc.Input(id="dir-as-of", placeholder="as of (ISO time, UTC); empty: now", debounce=True,
+                            persistence=True, persistence_type="session",     # kept when the page refreshes
                             style={"marginLeft": "1em", "width": "20em"})]),
         html.Div(id="dir-body"),
         html.H4("Difference between two replicas of a partition"),
@@ -203,17 +207,42 @@ def drill(r: SinkReader, value):
                   ["sent_at", "operation", "reason", "destination", "partition_id", "detail"])]
 
 
-def directory_objects(r: SinkReader, server, object_type, search):
-    sql, params = "SELECT * FROM directory_objects WHERE server = ? AND deleted = ?", [server, _false(r)]
+def directory_objects(r: SinkReader, server, object_type, search, as_of=None):
+    """The replica's objects now (directory_objects), or as it held them at a moment (directory_history:
+    the version valid then, deleted ones left out)."""
+    moment = _moment(r, as_of)
+    if isinstance(moment, str) and moment.startswith("!"):
+        return [html.P(moment[1:], id="dir-as-of-error", style={"color": "#c62828"})]
+    if moment is None:
+        table_name, sql, params = "directory_objects", "SELECT * FROM directory_objects WHERE server = ? AND deleted = ?", \
+            [server, _false(r)]
+    else:
+        table_name = "directory_history"
+        sql = ("SELECT * FROM directory_history WHERE server = ? AND kind <> 'deleted' AND valid_from <= ? "
+               "AND (valid_to IS NULL OR valid_to > ?)")
+        params = [server, moment, moment]
     if object_type and object_type != "all":
         sql, params = sql + " AND object_type = ?", params + [object_type]
     if search:
         sql, params = sql + " AND (lower(path_name) LIKE ? OR object_guid LIKE ?)", params + [
             f"%{search.lower()}%", f"%{search.lower()}%"]
-    rows = r.query("directory_objects", sql + " ORDER BY object_type, path_name", tuple(params))
-    return [html.H5(f"{len(rows)} objects", id="dir-count"),
+    rows = r.query(table_name, sql + " ORDER BY object_type, path_name", tuple(params))
+    when = "" if moment is None else f" as of {as_of.strip()}"
+    return [html.H5(f"{len(rows)} objects{when}", id="dir-count"),
             table("dir-table", [dict(o, properties=json.dumps(_json(o["properties"]))) for o in rows],
                   ["object_type", "path_name", "object_guid", "seq_number", "partition_id", "properties"])]
+
+
+def _moment(r: SinkReader, text):
+    """The "as of" input as a query parameter (None: now; "!message" when it is not a time)."""
+    if not text or not text.strip():
+        return None
+    import argparse
+    from .history import moment_param, parse_time
+    try:
+        return moment_param(r, parse_time(text))
+    except argparse.ArgumentTypeError:
+        return f"!not a time: {text.strip()!r} (ISO-8601, e.g. 2026-01-01T00:05:00Z)"
 
 
 def replica_diff(r: SinkReader, a, b, pid):

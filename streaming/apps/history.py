@@ -25,6 +25,11 @@ def register(sub) -> None:
     h.set_defaults(func=cmd_history)
 
 
+def moment_param(reader, at: datetime):
+    """A moment as a query parameter: SQLite keeps timestamps as ISO text, PostgreSQL as timestamptz."""
+    return iso(at) if reader.dialect == "sqlite" else at
+
+
 def parse_time(text: str) -> datetime:
     try:
         t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
@@ -65,7 +70,7 @@ def _versions(reader, where: str, params: tuple, server, at) -> list[dict]:
     if server:
         where, params = f"{where} AND lower(server) = ?", params + (server.lower(),)
     if at is not None:
-        moment = iso(at) if reader.dialect == "sqlite" else at
+        moment = moment_param(reader, at)
         where, params = f"{where} AND valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)", params + (moment, moment)
     return reader.query("directory_history", f"SELECT {COLUMNS} FROM directory_history WHERE {where} "
                                              f"ORDER BY server, version", params)
