@@ -102,7 +102,8 @@ def _search_callback(value: str) -> dict:
     return {"output": "dir-body.children", "outputs": {"id": "dir-body", "property": "children"},
             "inputs": [{"id": "dir-server", "property": "value", "value": "s1"},
                        {"id": "dir-type", "property": "value", "value": "queue"},
-                       {"id": "dir-search", "property": "value", "value": value}],
+                       {"id": "dir-search", "property": "value", "value": value},
+                       {"id": "dir-as-of", "property": "value", "value": None}],
             "changedPropIds": ["dir-search.value"]}
 
 
