@@ -184,12 +184,13 @@ class Sink:
             for name, table_rows in rows.items():
                 if table_rows:
                     t = TABLES[name]
-                    firsts = _chained(t, table_rows) if t.successor else {}
-                    cur.executemany(self._upsert_sql(t), (self._values(t, r) for r in table_rows))
-                    if firsts:
-                        cur.executemany(self._successor_sql(t), [
-                            (self._value("timestamp", start), *series, order)
-                            for series, (order, start) in sorted(firsts.items(), key=lambda item: item[0])])
+                    series: set = set()
+                    values = (self._values(t, r) for r in table_rows)
+                    if t.successor:
+                        values = _noting_series(values, t, series)
+                    cur.executemany(self._upsert_sql(t), values)
+                    if series:
+                        cur.executemany(self._successor_sql(t), sorted(series))
             cur.execute(self._upsert_sql(SINK_BATCHES), (query_id, batch_id, self._value("timestamp", utcnow())))
         return True
 
@@ -210,12 +211,12 @@ class Sink:
         return f"INSERT INTO {t.name} ({', '.join(names)}) VALUES ({marks}) {conflict} {action}"
 
     def _successor_sql(self, t: Table) -> str:
-        """Close the open row of one series written by an earlier batch: it ends where the series'
-        first row of this batch starts (one indexed update per series, no subquery)."""
-        ends, _starts, series, order = t.successor
+        """Close the open rows of one series: each takes the start of the series' next row (if any)."""
+        ends, starts, series, order = t.successor
+        same = " AND ".join(f"n.{c} = {t.name}.{c}" for c in series)
         where = " AND ".join(f"{c} = {self.placeholder}" for c in series)
-        return (f"UPDATE {t.name} SET {ends} = {self.placeholder} WHERE {where} AND {ends} IS NULL "
-                f"AND {order} < {self.placeholder}")
+        return (f"UPDATE {t.name} SET {ends} = (SELECT n.{starts} FROM {t.name} AS n WHERE {same} AND "
+                f"n.{order} > {t.name}.{order} ORDER BY n.{order} LIMIT 1) WHERE {where} AND {ends} IS NULL")
 
     def _values(self, t: Table, row: dict) -> tuple:
         return tuple(self._value(ty, row.get(c)) for c, ty in t.columns)
@@ -330,22 +331,12 @@ class _PostgresTransaction:
         return self.tx.__exit__(*exc)
 
 
-def _chained(t: Table, rows: list[dict]) -> dict[tuple, tuple]:
-    """Within one batch, each row of a series ends where the series' next row (by `order`) starts
-    (Table.successor); returns each series' first row as (order, start), for the row an earlier
-    batch left open."""
-    ends, starts, series, order = t.successor
-    by_series: dict[tuple, list[dict]] = {}
-    for r in rows:
-        by_series.setdefault(tuple(r[c] for c in series), []).append(r)
-    firsts = {}
-    for key, chain in by_series.items():
-        chain.sort(key=lambda r: r[order])
-        for row, following in zip(chain, chain[1:]):
-            if row.get(ends) is None:
-                row[ends] = following[starts]
-        firsts[key] = (chain[0][order], chain[0][starts])
-    return firsts
+def _noting_series(values, t: Table, series: set):
+    """The values as they pass, noting each row's series (Table.successor)."""
+    at = [t.column_names.index(c) for c in t.successor[2]]
+    for v in values:
+        series.add(tuple(v[i] for i in at))
+        yield v
 
 
 def masked(url: str) -> str:
