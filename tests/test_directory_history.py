@@ -22,11 +22,21 @@ def _history_sink(tmp_path, envelopes, truth, cuts, name, url=None):
             continue
         job.feed(envelopes[lo:hi])
         job.run_until_quiet()
-        rows, job.history = job.history, []
-        assert sink.write_batch("q", batch_id, {"directory_history": rows})
-        assert not sink.write_batch("q", batch_id, {"directory_history": rows})     # a replay: skipped
+        rows, job.history = _as_the_writer_reads(job.history), []
+        assert sink.write_batch("q", batch_id, rows)
+        assert not sink.write_batch("q", batch_id, rows)     # a replay: skipped
         batch_id += 1
     return sink, job
+
+
+def _as_the_writer_reads(history: list[dict]) -> dict:
+    """The rows as the job's TableWriter hands them to the sink: JSON payloads in Arrow, parsed each
+    time they are iterated (stateful.PayloadRows), so a sink that changed the dicts it iterated
+    would lose the change."""
+    import pyarrow as pa
+    from streaming.spark.stateful import batch_rows
+    return batch_rows(pa.table({"table_name": ["directory_history"] * len(history),
+                                "payload": [json.dumps(h) for h in history]}))
 
 
 def _simulated(seed: int, count: int):
