@@ -66,9 +66,6 @@ def visit(driver, base: str, page: str, tmp_path: Path, ready: str) -> None:
 
 def _as_of(browser, sink, server: str) -> None:
     """The Directory page's "as of" picker: the replica as directory_history says it was then."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import WebDriverWait
     from streaming.apps.history import parse_time
     from streaming.sinks import iso
     starts = sorted(str(r["valid_from"]) for r in sink.query(
@@ -78,14 +75,31 @@ def _as_of(browser, sink, server: str) -> None:
                          "valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)", (server, moment, moment))
     now = one(sink, "SELECT COUNT(*) AS n FROM directory_objects WHERE server = ? AND deleted = 0", (server,))
     assert expected > 0 and now > 0
-    box = browser.find_element(By.ID, "dir-as-of")
-    box.send_keys(moment + Keys.ENTER)
-    WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "dir-count").text.endswith(f"as of {moment}"))
-    assert text_of(browser, "dir-count") == f"{expected} objects as of {moment}"
-    box = browser.find_element(By.ID, "dir-as-of")
-    box.clear()
-    box.send_keys("yesterday" + Keys.ENTER)
-    assert "not a time" in text_of(browser, "dir-as-of-error")
+    assert _submitted(browser, "dir-as-of", moment, "dir-count",
+                      lambda text: text == f"{expected} objects as of {moment}")
+    assert _submitted(browser, "dir-as-of", "yesterday", "dir-as-of-error", lambda text: "not a time" in text)
+
+
+def _submitted(browser, box: str, value: str, shows: str, wanted, timeout: float = 60) -> bool:
+    """Type a value into an input and press Enter until the page shows what is wanted: the page
+    re-renders at every refresh, which can replace the input while it is typed into (its value is
+    then kept: persistence) or the element while it is read."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            field = browser.find_element(By.ID, box)
+            field.clear()
+            field.send_keys(value + Keys.ENTER)
+            for _ in range(10):
+                time.sleep(0.5)
+                if wanted(browser.find_element(By.ID, shows).text):
+                    return True
+        except (StaleElementReferenceException, NoSuchElementException):
+            continue
+    return False
 
 
 def one(sink, sql: str, params=()):
