@@ -12,8 +12,7 @@ import pytest
 
 from replication_harness import OfflineJob
 from streaming.apps.verify import compare_notifications
-from streaming.apps.verify_reads import ReplicaHistory, epoch_ms
-from streaming.operators import notifications as mqcn
+from streaming.apps.verify_reads import ReplicaHistory
 from test_replication_offline import run
 
 

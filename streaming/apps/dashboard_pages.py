@@ -210,9 +210,10 @@ def drill(r: SinkReader, value):
 def directory_objects(r: SinkReader, server, object_type, search, as_of=None):
     """The replica's objects now (directory_objects), or as it held them at a moment (directory_history:
     the version valid then, deleted ones left out)."""
-    moment = _moment(r, as_of)
-    if isinstance(moment, str) and moment.startswith("!"):
-        return [html.P(moment[1:], id="dir-as-of-error", style={"color": "#c62828"})]
+    try:
+        moment = _moment(r, as_of)
+    except ValueError as exc:
+        return [html.P(str(exc), id="dir-as-of-error", style={"color": "#c62828"})]
     if moment is None:
         table_name, sql, params = "directory_objects", "SELECT * FROM directory_objects WHERE server = ? AND deleted = ?", \
             [server, _false(r)]
@@ -234,7 +235,7 @@ def directory_objects(r: SinkReader, server, object_type, search, as_of=None):
 
 
 def _moment(r: SinkReader, text):
-    """The "as of" input as a query parameter (None: now; "!message" when it is not a time)."""
+    """The "as of" input as a query parameter (None: now); ValueError when it is not a time."""
     if not text or not text.strip():
         return None
     import argparse
@@ -242,7 +243,7 @@ def _moment(r: SinkReader, text):
     try:
         return moment_param(r, parse_time(text))
     except argparse.ArgumentTypeError:
-        return f"!not a time: {text.strip()!r} (ISO-8601, e.g. 2026-01-01T00:05:00Z)"
+        raise ValueError(f"not a time: {text.strip()!r} (ISO-8601, e.g. 2026-01-01T00:05:00Z)") from None
 
 
 def replica_diff(r: SinkReader, a, b, pid):

@@ -185,9 +185,8 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
     processed = {n["message_id"]: epoch_ms(n["processed_at"]) for n in first}
     diffs = []
     by_id = {m["machine_id"]: m for m in managers}
-    live, rows = {}, {}
+    live: dict[str, dict[str, dict]] = {}
     for q in queues:
-        rows[q["queue_guid"]] = q
         if not as_bool(q["deleted"]):
             live.setdefault(q["queue_manager"], {})[q["queue_guid"]] = q
     for machine_id, exp in sorted(truth["queue_managers"].items()):

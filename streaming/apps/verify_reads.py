@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..sinks import as_bool
-from ..wire.seqnum import seq_from_hex
+from ..operators.replication_rows import ts
+from ..wire.seqnum import seq_from_hex, seq_hex
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class HeldVersion:
     deleted: bool
     server: str
     properties: dict
-    version: int = 0                 # the replica's running count: of two at the same time, the later
+    version: int = 0                 # the replica's running count: the last tie-breaker (recency)
 
     def recency(self) -> tuple:
         """Which version a read takes: the highest sequence number, a deletion after the live version
@@ -46,11 +46,6 @@ def epoch_ms(value) -> int | None:
         return None
     at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
     return round(at.timestamp() * 1000)
-
-
-def iso_ms(ms: int) -> str:
-    from ..operators.replication_rows import ts
-    return ts(ms)
 
 
 class ReplicaHistory:
@@ -134,9 +129,9 @@ class ReadJudge:
         if read.guid not in self._checked:
             self._checked.add(read.guid)
             if held is None:
-                self.diffs.append(f"{where}: {what} read at {iso_ms(read.read_ms)}, before any replica held it")
+                self.diffs.append(f"{where}: {what} read at {ts(read.read_ms)}, before any replica held it")
             elif held.seq != read.read_seq:
-                self.diffs.append(f"{where}: {what} read at {iso_ms(read.read_ms)} used seq {_hex(read.read_seq)}, "
+                self.diffs.append(f"{where}: {what} read at {ts(read.read_ms)} used seq {_hex(read.read_seq)}, "
                                   f"but the replicas held seq {_hex(held.seq)} then ({held.server})")
         if held is None or held.seq != read.read_seq:
             return None
@@ -152,7 +147,7 @@ class ReadJudge:
             return False
         if held.properties[propid] != value:
             self.diffs.append(f"{where}: {what} {_short(propid)} is {value!r}, but the version read at "
-                              f"{iso_ms(read.read_ms)} (seq {_hex(held.seq)}) holds {held.properties[propid]!r}")
+                              f"{ts(read.read_ms)} (seq {_hex(held.seq)}) holds {held.properties[propid]!r}")
             return True                               # reported here, with what it should be
         later = self.history.first_after(read.guid, held.seq,
                                          lambda v: not v.deleted and v.properties.get(propid) == authority)
@@ -167,7 +162,7 @@ class ReadJudge:
         if held is None:
             return False
         if held.deleted:
-            self.diffs.append(f"{where}: {what} is live, but the version read at {iso_ms(read.read_ms)} "
+            self.diffs.append(f"{where}: {what} is live, but the version read at {ts(read.read_ms)} "
                               f"(seq {_hex(held.seq)}) is its deletion")
             return True
         later = self.history.first_after(read.guid, held.seq - 1, lambda v: v.deleted)
@@ -177,10 +172,9 @@ class ReadJudge:
         if later is None or later.received_ms <= read.read_ms:
             return False
         self.stale.append(f"{where}: {text}: stale by replica lag: {later.received_ms - read.read_ms} ms, read at "
-                          f"{iso_ms(read.read_ms)}, the replica {later.server} received the change at "
-                          f"{iso_ms(later.received_ms)}")
+                          f"{ts(read.read_ms)}, the replica {later.server} received the change at "
+                          f"{ts(later.received_ms)}")
         return True
-
 
     # ------------------------------------------------------------ as the notifications were delivered
     def notified(self, where: str, what: str, read: ReadRecord, propid: str, value, authority, told: dict,
@@ -194,7 +188,7 @@ class ReadJudge:
         if said is None or said[0] != value or outcomes.get(said[1]) != "applied":
             return False
         self.delivered.append(f"{where}: {what} {_short(propid)} is {value!r}, the authority's {authority!r}: as "
-                              f"delivered, the last notification that set it ({said[1]}, arrival {iso_ms(said[2])}) "
+                              f"delivered, the last notification that set it ({said[1]}, arrival {ts(said[2])}) "
                               f"says {value!r}")
         return True
 
@@ -209,7 +203,7 @@ class ReadJudge:
         kind, message, arrival = last
         if kind == "create":
             self.delivered.append(f"{where}: {what} is live, the authority deleted it: as delivered, the last "
-                                  f"notification about it was its creation ({message}, arrival {iso_ms(arrival)})")
+                                  f"notification about it was its creation ({message}, arrival {ts(arrival)})")
             return True
         refreshed = processed.get(message)
         if outcomes.get(message) != "superseded-by-refresh" or refreshed is None:
@@ -218,18 +212,13 @@ class ReadJudge:
             return False
         self.delivered.append(f"{where}: {what} is live, the authority deleted it: as delivered, its deletion "
                               f"({message}) came in a window of 100 or more notifications that a refresh replaced "
-                              f"at {iso_ms(refreshed)}, when no replica held the queue")
+                              f"at {ts(refreshed)}, when no replica held the queue")
         return True
 
 
 def _hex(seq: int | None) -> str:
-    from ..wire.seqnum import seq_hex
     return seq_hex(seq) if seq is not None else "none"
 
 
 def _short(propid: str) -> str:
     return propid.removeprefix("PROPID_").lower()
-
-
-def live(row: dict) -> bool:
-    return not as_bool(row["deleted"])

@@ -501,7 +501,7 @@ class QueueManager:
         """The directory as of a time: of the versions the replicas had by then, the one with the highest
         sequence number (the most recent change; a deletion carries its own sequence number)."""
         seen = [v for v in self.s.directory.get(guid, []) if v.event_ms <= as_of_ms]
-        return latest(seen)
+        return max(seen, key=recency) if seen else None
 
     def _read(self, guid: str, as_of_ms: int, object_type: str) -> Version | None:
         v = self.read(guid, as_of_ms)
@@ -522,7 +522,7 @@ class QueueManager:
         for guid, versions in self.s.directory.items():
             older = [v for v in versions if v.event_ms <= horizon]
             if len(older) > 1:
-                keep = latest(older)
+                keep = max(older, key=recency)
                 versions[:] = [v for v in versions if v is keep or v.event_ms > horizon]
 
     def _apply_queue(self, guid: str, v: Version, now: int, message_id: str | None) -> None:
@@ -630,11 +630,6 @@ def recency(v: Version) -> tuple:
     leave out (FirstArrivals). The replica's name breaks what is left of a tie, so the choice never
     depends on the order the versions arrived in."""
     return v.seq_number, v.deleted, -v.event_ms, v.server
-
-
-def latest(versions: list[Version]) -> Version | None:
-    """The most recent of versions (recency)."""
-    return max(versions, key=recency) if versions else None
 
 
 def _version_order(v: Version) -> tuple:

@@ -24,7 +24,6 @@ class Table:
     successor: tuple = ()   # (ends, starts, series columns, order): a row's `ends` is set to the `starts`
     #                         of the next row (by `order`) of its series, once that row is written
 
-
     @property
     def column_names(self) -> list[str]:
         return [c for c, _ in self.columns]
