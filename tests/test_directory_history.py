@@ -34,9 +34,9 @@ def _as_the_writer_reads(history: list[dict]) -> dict:
     time they are iterated (stateful.PayloadRows), so a sink that changed the dicts it iterated
     would lose the change."""
     import pyarrow as pa
-    from streaming.spark.stateful import batch_rows
-    return batch_rows(pa.table({"table_name": ["directory_history"] * len(history),
-                                "payload": [json.dumps(h) for h in history]}))
+    from streaming.spark.stateful import batch_rows, for_sink
+    return for_sink(batch_rows(pa.table({"table_name": ["directory_history"] * len(history),
+                                         "payload": [json.dumps(h) for h in history]})))
 
 
 def _simulated(seed: int, count: int):

@@ -7,7 +7,7 @@ import random
 import pyarrow as pa
 
 from streaming.sinks import open_sink
-from streaming.spark.stateful import PayloadRows, batch_rows, parse_payload
+from streaming.spark.stateful import PayloadRows, batch_rows, for_sink, parse_payload
 
 
 def _site(i: int, seen: str) -> str:
@@ -23,15 +23,32 @@ def _request(i: int) -> str:
                        "completed_at": "2026-01-01T00:01:00.000+00:00"})
 
 
+def _dead_letter(i: int, rng) -> str:
+    return json.dumps({"topic": "msmq.cn.raw", "kafka_partition": i % 3, "kafka_offset": i, "protocol": "mqcn",
+                       "raw_value": rng.randbytes(rng.randrange(1, 9)).hex(), "error": "bad",
+                       "arrival_time": "2026-01-01T00:00:01.250+00:00",
+                       "recorded_at": f"2026-01-01T00:00:02.{rng.randrange(10**6):06d}+00:00"})
+
+
+def _time_text(rng) -> str:
+    """One instant written as operators and Python write times: the sink's own form (UTC,
+    milliseconds), microseconds, Z, another offset, naive (read as UTC)."""
+    minute, second, ms = rng.randrange(60), rng.randrange(60), rng.randrange(1000)
+    return rng.choice([f"2026-01-01T00:{minute:02d}:{second:02d}.{ms:03d}+00:00",
+                       f"2026-01-01T00:{minute:02d}:{second:02d}.{ms:03d}{rng.randrange(1000):03d}+00:00",
+                       f"2026-01-01T00:{minute:02d}:{second:02d}.{ms:03d}Z",
+                       f"2026-01-01T02:{minute:02d}:{second:02d}.{ms:03d}+02:00",
+                       f"2026-01-01T00:{minute:02d}:{second:02d}"])
+
+
 def _output(seed: int, n: int = 600) -> list[tuple[str, str]]:
     """Rows of (table, payload) as a discovery operator writes them, tables interleaved, keys repeated
     (so the order within a table decides what an upsert keeps)."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        seen = f"2026-01-01T00:{rng.randrange(60):02d}:{rng.randrange(60):02d}.000+00:00"
-        out.append(rng.choice([("site_topology", _site(i, seen)), ("discovery_requests", _request(i)),
-                               ("versions", f"line {i}")]))
+        out.append(rng.choice([("site_topology", _site(i, _time_text(rng))), ("discovery_requests", _request(i)),
+                               ("versions", f"line {i}"), ("dead_letters", _dead_letter(i, rng))]))
     return out
 
 
@@ -59,14 +76,16 @@ def test_the_sink_writes_lazily_parsed_rows_as_it_wrote_parsed_lists(tmp_path):
         output = [(t, p) for t, p in _output(seed) if t != "versions"]
         lists = {t: [parse_payload(p) for tt, p in output if tt == t] for t in dict.fromkeys(t for t, _ in output)}
         tables = []
-        for name, rows in (("lists", lists), ("lazy", batch_rows(_arrow(output)))):
+        variants = (("lists", lists), ("lazy", batch_rows(_arrow(output))),
+                    ("as the TableWriter writes", for_sink(batch_rows(_arrow(output)))))
+        for name, rows in variants:
             sink = open_sink(f"sqlite:///{tmp_path}/{name}-{seed}.db")
             try:
                 assert sink.write_batch("q", 0, rows)
                 tables.append({t: sorted(map(repr, sink.query(f"SELECT * FROM {t}"))) for t in lists})
             finally:
                 sink.close()
-        assert tables[0] == tables[1] and all(tables[0].values())
+        assert tables[0] == tables[1] == tables[2] and all(tables[0].values())
 
 
 def test_ordered_rows_are_the_pandas_rows_in_the_same_order():
@@ -116,3 +135,20 @@ def test_first_arrival_records_in_arrow_are_first_arrivals_select():
                         for r in reference.select([VersionRecord.decode(line) for line in lines])]
             chunked = pa.chunked_array([lines[:len(lines) // 2], lines[len(lines) // 2:]], pa.string())
             assert list(first_arrival_records(arrow, chunked, chunk=rng.choice([1, 7, 1000]))) == expected
+
+
+def test_postgresql_takes_the_rows_as_the_table_writer_hands_them_over(postgres_server):
+    """The same rows on PostgreSQL: payloads only loaded from JSON (times, raw bytes as text) give
+    the tables that fully parsed rows give."""
+    import uuid
+    output = [(t, p) for t, p in _output(7) if t != "versions"]
+    lists = {t: [parse_payload(p) for tt, p in output if tt == t] for t in dict.fromkeys(t for t, _ in output)}
+    tables = []
+    for rows in (lists, for_sink(batch_rows(_arrow(output)))):
+        sink = open_sink(postgres_server.create_database(f"dirstream_test_{uuid.uuid4().hex[:10]}"))
+        try:
+            assert sink.write_batch("q", 0, rows)
+            tables.append({t: sorted(map(repr, sink.query(f"SELECT * FROM {t}"))) for t in lists})
+        finally:
+            sink.close()
+    assert tables[0] == tables[1] and all(tables[0].values())

@@ -244,11 +244,16 @@ def test_a_published_version_is_its_directory_objects_row_as_json():
     pairs = []
     original = replication_rows.version_rows
 
-    def spy(r, versions):
+    def spy(r, versions, contents=None):
+        published = original(r, versions, contents)
+        records = iter(p for _t, p in published)
         for guid, obj, removed, at, _kind in versions:
             reference = replication_rows._object_row(r, guid, obj, removed, at)
             pairs.append((reference, replication_rows.published_version(r.name, guid, obj, removed, at)))
-        return original(r, versions)
+            if pairs[-1][1] is not None:        # what the step published is that record, in order
+                assert next(records) == pairs[-1][1]
+        assert next(records, None) is None
+        return published
     replication_rows.version_rows = spy
     try:
         feed(job, envelopes, 500)

@@ -91,29 +91,30 @@ class VersionRecord(NamedTuple):
         return cls(owner, key, int(ms), text)
 
 
-def version_rows(r: Replica, versions: list) -> list:
+def version_rows(r: Replica, versions: list, contents: list | None = None) -> list:
     """Every version the step produced, in order (pseudo-table object_versions: published for the
     MQCN operator, not a sink table): its reads are "as of" a time, so a batch of this operator must
     not fold an object's versions into its last one, or the result would depend on the batching.
-    Only queues and machines with an owner, as VersionRecords (published_version)."""
-    rows = []
-    for guid, obj, removed, at, _kind in versions:
+    Only queues and machines with an owner, as VersionRecords (published_version). contents: each
+    version's _content, when the caller has them already."""
+    rows, name = [], json.dumps(r.name)
+    for i, (guid, obj, removed, at, _kind) in enumerate(versions):
         if obj.object_type in (_MQDS_QUEUE, _MQDS_MACHINE):
-            record = published_version(r.name, guid, obj, removed, at)
+            record = _published(name, contents[i] if contents else _content(guid, obj, removed), at)
             if record is not None:
                 rows.append(("object_versions", record))
     return rows
 
 
-def history_rows(r: Replica, versions: list) -> list:
+def history_rows(r: Replica, versions: list, contents: list | None = None) -> list:
     """directory_history: every version of every object as this replica held it, numbered by the
     replica's running count (so versions at the same event time keep their order), as JSON text
     (the object's part memoised by content, as published_version's). valid_to is the sink's: the
     valid_from of the object's next version on this replica (Table.successor)."""
     rows, name = [], json.dumps(r.name)
-    for guid, obj, removed, at, kind in versions:
+    for i, (guid, obj, removed, at, kind) in enumerate(versions):
         r.s.versions_recorded += 1
-        middle = _content(guid, obj, removed)[2]
+        middle = (contents[i] if contents else _content(guid, obj, removed))[2]
         rows.append(("directory_history", f'{{"server": {name}, "version": {r.s.versions_recorded}, '
                                           f'"kind": "{kind}", "valid_from": "{ts(at)}", {middle}}}'))
     return rows
@@ -127,10 +128,14 @@ def published_version(server: str, guid: str, obj: DirObject, deleted: bool, at_
     """The VersionRecord of a queue or machine version with an owner (else None), its text exactly
     json.dumps(_object_row(...)) (notification_rows.version_record is the reference built from that
     row; a test keeps them equal)."""
-    owner, first_key, middle = _content(guid, obj, deleted)
+    return _published(json.dumps(server), _content(guid, obj, deleted), at_ms)
+
+
+def _published(server_json: str, content: tuple[str | None, str, str], at_ms: int) -> VersionRecord | None:
+    owner, first_key, middle = content
     if owner is None:
         return None
-    text = f'{{"server": {json.dumps(server)}, {middle}, "updated_at": "{ts(at_ms)}"}}'
+    text = f'{{"server": {server_json}, {middle}, "updated_at": "{ts(at_ms)}"}}'
     return VersionRecord(owner, first_key, _event_ms(at_ms), text)
 
 
@@ -252,7 +257,9 @@ def step_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list[tuple[str, 
     """Every sink row one step produced; clears the step's collected changes."""
     touched, removed, touched_at = r.store.take_changes()
     versions = r.store.take_versions()
-    rows = (server_rows(r) + object_rows(r, touched, removed, touched_at) + version_rows(r, versions)
-            + history_rows(r, versions) + deleted_rows(r) + pending_rows(r) + outbound_rows(r, batch_ms, id_scope))
+    contents = [_content(guid, obj, removed) for guid, obj, removed, _at, _kind in versions]   # once each
+    rows = (server_rows(r) + object_rows(r, touched, removed, touched_at) + version_rows(r, versions, contents)
+            + history_rows(r, versions, contents) + deleted_rows(r) + pending_rows(r)
+            + outbound_rows(r, batch_ms, id_scope))
     r.out, r.pending_events, r.deleted_touched, r.ignored = [], [], {}, []
     return rows

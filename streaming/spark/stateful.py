@@ -130,7 +130,7 @@ class TableWriter:
             self._sink = open_sink(self.sink_url)
         rows = batch_rows(df.toArrow(), frozenset(self.SIDE_TABLES))   # Arrow: far cheaper than collect()
         side = {name: rows.pop(name) for name in self.SIDE_TABLES if name in rows}
-        written = self._sink.write_batch(self.query_id, batch_id, rows)
+        written = self._sink.write_batch(self.query_id, batch_id, for_sink(rows))
         self.batch_id = batch_id
         self.after_write({**rows, **side})
         if self.observer is not None:
@@ -161,16 +161,23 @@ class PayloadRows:
     """One sink table's rows of a micro-batch, as JSON payloads parsed into row dicts each time
     they are iterated (the sink writes them once; after_write may read a small table again)."""
 
-    def __init__(self, texts):
+    def __init__(self, texts, parse=None):
         self.texts = texts                  # a pyarrow ChunkedArray of strings
+        self.parse = parse or parse_payload
 
     def __len__(self) -> int:
         return len(self.texts)
 
     def __iter__(self):
         for chunk in self.texts.chunks:
-            for text in chunk.to_pylist():
-                yield parse_payload(text)
+            yield from map(self.parse, chunk.to_pylist())
+
+
+def for_sink(rows: dict) -> dict:
+    """The rows as the sink takes them: payloads only loaded from JSON, their times and raw bytes
+    left as text for the sink's column types to convert (sinks._sqlite_time keeps the operators'
+    ISO text as it is: no datetime made and formatted again per value, issue 28)."""
+    return {name: PayloadRows(r.texts, json.loads) if isinstance(r, PayloadRows) else r for name, r in rows.items()}
 
 
 def parse_payload(text: str) -> dict:
