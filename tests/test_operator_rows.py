@@ -7,7 +7,7 @@ import random
 import pyarrow as pa
 
 from streaming.sinks import open_sink
-from streaming.spark.stateful import PayloadRows, batch_rows, for_sink, parse_payload
+from streaming.spark.stateful import PayloadRows, batch_rows, for_sink, packed, parse_payload
 
 
 def _site(i: int, seen: str) -> str:
@@ -69,6 +69,28 @@ def test_rows_are_grouped_by_table_in_the_order_written_and_parsed_as_read():
             assert list(grouped[table]) == expected and list(grouped[table]) == expected   # read twice
         assert grouped["versions"].to_pylist() == [p for t, p in output if t == "versions"]
         assert list(grouped) == list(dict.fromkeys(t for t, _ in output))
+
+
+def test_packed_frames_give_the_rows_one_row_per_payload_gives():
+    """An operator's frames packed many payloads to a row (as the replication operator yields them)
+    are grouped into the same rows, in the same order, as the same payloads one to a row; payloads
+    with escaped newlines and tabs stay whole."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        output = _output(seed, n=rng.randrange(1, 400)) + [("site_topology", json.dumps({"site_id": "a\nb\tc"}))]
+        cuts = [0] + sorted(rng.sample(range(1, len(output)), min(len(output) - 1, 9))) + [len(output)]
+        frames = [output[a:b] for a, b in zip(cuts, cuts[1:])]        # a key's frames, in order
+        lines = rng.choice([1, 2, 7, 1000])
+        packed_rows = [tuple(r) for f in frames for r in packed(f, lines).itertuples(index=False)]
+        assert len(packed_rows) <= len(output)
+        plain, grouped = batch_rows(_arrow(output), frozenset({"versions"})), \
+            batch_rows(_arrow(packed_rows, chunk=3), frozenset({"versions"}))
+        assert list(plain) == list(grouped)
+        for table in plain:
+            if table == "versions":
+                assert grouped[table].to_pylist() == plain[table].to_pylist()
+            else:
+                assert list(grouped[table]) == list(plain[table]) and len(grouped[table]) == len(plain[table])
 
 
 def test_the_sink_writes_lazily_parsed_rows_as_it_wrote_parsed_lists(tmp_path):

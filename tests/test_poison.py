@@ -47,7 +47,7 @@ def outputs(frame: pd.DataFrame) -> dict[str, list[str]]:
     if "table_name" not in frame:
         return out
     for table, payload in zip(frame["table_name"], frame["payload"]):
-        out.setdefault(table, []).append(payload)
+        out.setdefault(table, []).extend(payload.split("\n"))      # packed: one payload per line
     return out
 
 

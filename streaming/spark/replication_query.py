@@ -16,7 +16,7 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from .stateful import (OUTPUT_DDL, TableWriter, apply_guarded, dead_letter, raise_if_poison, replace_timers,
+from .stateful import (OUTPUT_DDL, TableWriter, apply_guarded, dead_letter, packed, raise_if_poison, replace_timers,
                        timer_dead_letter)
 from ..operators.notification_rows import FirstArrivals
 from ..operators.replica_store import ObjectStore
@@ -106,10 +106,9 @@ class ReplicationProcessor(StatefulProcessor):
 
 def _frame(rows: list[tuple[str, object]]) -> pd.DataFrame:
     """Sink rows as JSON (a str is JSON already: directory_history's); directory versions
-    (VersionRecords) as the line the writer publishes."""
-    return pd.DataFrame([(t, p.encode() if t == VERSIONS else p if isinstance(p, str) else json.dumps(p))
-                         for t, p in rows],
-                        columns=["table_name", "payload"])
+    (VersionRecords) as the line the writer publishes; packed, many lines to a row (stateful.packed)."""
+    return packed([(t, p.encode() if t == VERSIONS else p if isinstance(p, str) else json.dumps(p))
+                   for t, p in rows])
 
 
 def _receive(r: Replica, row) -> None:

@@ -144,15 +144,33 @@ class TableWriter:
         """Called after every batch, also one already written (a replay): side effects go here."""
 
 
+PACKED_LINES = 2000
+
+
+def packed(rows: list[tuple[str, str]], lines: int = PACKED_LINES):
+    """An operator's output (table, payload) rows as the frame it yields: each table's payloads, in
+    order, joined by newlines, at most `lines` to a row. A payload is one line (JSON escapes a
+    newline in a string; a version line is tab-separated JSON), and batch_rows splits them again:
+    Spark carries a few long rows instead of one per payload from the Python worker to the driver
+    (issue 28: the replication operator writes about 30 rows per MQDSRP message)."""
+    import pandas as pd
+    by_table: dict[str, list[str]] = {}
+    for table, payload in rows:
+        by_table.setdefault(table, []).append(payload)
+    return pd.DataFrame([(table, "\n".join(texts[i:i + lines])) for table, texts in by_table.items()
+                         for i in range(0, len(texts), lines)], columns=["table_name", "payload"])
+
+
 def batch_rows(table, side_tables: frozenset = frozenset()) -> dict:
     """An operator's output rows (an Arrow table of table_name, payload) by sink table, in the order
     the operator wrote them: PayloadRows, parsed as they are read, so that a large micro-batch's rows
-    are never all held as dicts at once; a side table's rows stay its payloads in Arrow."""
+    are never all held as dicts at once; a side table's rows stay its payloads in Arrow. A payload
+    may hold several, one per line (packed)."""
     import pyarrow.compute as pc
     names, payloads = table.column("table_name"), table.column("payload")
     out: dict = {}
     for name in pc.unique(names).to_pylist():
-        texts = payloads.filter(pc.equal(names, name))
+        texts = pc.list_flatten(pc.split_pattern(payloads.filter(pc.equal(names, name)), "\n"))
         out[name] = texts if name in side_tables else PayloadRows(texts)
     return out
 

@@ -187,7 +187,10 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
     proc = subprocess.Popen([*spy, EXE, "run", "--once", "--bootstrap", bootstrap, "--sink", sink, "--checkpoint",
                              str(workdir / f"ckpt-{name}"), "--master", "local[2]", "--pec-name", "pec0",
                              "--log-format", "plain", "--log-file", str(workdir / f"{name}.log"), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            # Spark's Python workers run `python -m pyspark.daemon` in the job's working
+                            # directory, which comes first on their path: the revision's own checkout
+                            cwd=str(code or ROOT))
     memory = TreeMemory(proc.pid)
     memory.start()
     out, _ = proc.communicate()
