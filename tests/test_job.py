@@ -333,3 +333,12 @@ def test_a_worker_reuses_its_consumer_and_reads_exactly_each_range(broker):
     next(abandoned)
     abandoned.close()                          # a task stopped early: its consumer is closed, not kept
     assert kafka_source._CONSUMERS == {}
+
+
+def test_the_operators_default_to_one_shuffle_partition_per_local_core_and_four_on_a_cluster():
+    import os
+    from streaming.spark.pipeline import default_shuffle_partitions
+    assert default_shuffle_partitions("local[2]") == 2 and default_shuffle_partitions("local[3,2]") == 3
+    assert default_shuffle_partitions("local") == 1
+    assert default_shuffle_partitions("local[*]") == os.cpu_count()
+    assert default_shuffle_partitions("spark://master:7077") == 4 == default_shuffle_partitions("local[x]")
