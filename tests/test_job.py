@@ -342,3 +342,54 @@ def test_the_operators_default_to_one_shuffle_partition_per_local_core_and_four_
     assert default_shuffle_partitions("local") == 1
     assert default_shuffle_partitions("local[*]") == os.cpu_count()
     assert default_shuffle_partitions("spark://master:7077") == 4 == default_shuffle_partitions("local[x]")
+
+
+def test_the_progress_listener_reads_the_json_progress_as_pyspark_reads_the_java_object(spark, tmp_path):
+    """OperatorProgress takes each progress from the JVM's JSON text (one py4j call, issue 28):
+    every pipeline_progress column but finished_at equals what pyspark's own listener, walking the
+    Java object, gives, for the batches of a stateful query (rows_per_second to the one decimal of
+    Spark's JSON)."""
+    import time
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming import StreamingQueryListener
+    from streaming.spark.progress import JsonProgressListener, operator_progress_row
+    seen: dict[str, dict] = {"java": {}, "json": {}}
+
+    def record(kind):
+        def on_progress(self, event):
+            if event.progress.name == "progress_check":
+                row = operator_progress_row(event.progress, "q")
+                row.pop("finished_at")
+                seen[kind][row["batch_id"]] = row
+        return on_progress
+
+    class ByJava(StreamingQueryListener):
+        onQueryStarted = onQueryIdle = onQueryTerminated = lambda self, event: None
+        onQueryProgress = record("java")
+
+    class ByJson(JsonProgressListener):
+        onQueryProgress = record("json")
+
+    listeners = [ByJava(), ByJson()]
+    for listener in listeners:
+        spark.streams.addListener(listener)
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 200).load()
+             .withWatermark("timestamp", "1 second").groupBy((F.col("value") % 7).alias("k")).count()
+             .writeStream.queryName("progress_check").outputMode("update").format("memory")
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="500 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(set(seen["java"]) & set(seen["json"])) < 3:
+            time.sleep(0.2)
+    finally:
+        query.stop()
+        for listener in listeners:
+            spark.streams.removeListener(listener)
+    common = sorted(set(seen["java"]) & set(seen["json"]))
+    assert len(common) >= 3
+    for batch in common:
+        by_json, by_java = dict(seen["json"][batch]), dict(seen["java"][batch])
+        # Spark's JSON progress rounds rates to one decimal (safeDoubleToJValue), as its logs show them
+        assert abs(by_json.pop("rows_per_second") - by_java.pop("rows_per_second")) <= 0.05
+        assert by_json == by_java
+    assert any(seen["json"][b]["state_rows"] for b in common) and any(seen["json"][b]["input_rows"] for b in common)
