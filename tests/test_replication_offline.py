@@ -244,7 +244,7 @@ def test_a_published_version_is_its_directory_objects_row_as_json():
     pairs = []
     original = replication_rows.version_rows
 
-    def spy(r, versions, contents=None):
+    def spy(r, versions, contents):
         published = original(r, versions, contents)
         records = iter(p for _t, p in published)
         for guid, obj, removed, at, _kind in versions:

@@ -91,30 +91,29 @@ class VersionRecord(NamedTuple):
         return cls(owner, key, int(ms), text)
 
 
-def version_rows(r: Replica, versions: list, contents: list | None = None) -> list:
+def version_rows(r: Replica, versions: list, contents: list) -> list:
     """Every version the step produced, in order (pseudo-table object_versions: published for the
     MQCN operator, not a sink table): its reads are "as of" a time, so a batch of this operator must
     not fold an object's versions into its last one, or the result would depend on the batching.
     Only queues and machines with an owner, as VersionRecords (published_version). contents: each
-    version's _content, when the caller has them already."""
+    version's _content, computed once by step_rows for this and history_rows."""
     rows, name = [], json.dumps(r.name)
-    for i, (guid, obj, removed, at, _kind) in enumerate(versions):
+    for (_guid, obj, _removed, at, _kind), content in zip(versions, contents):
         if obj.object_type in (_MQDS_QUEUE, _MQDS_MACHINE):
-            record = _published(name, contents[i] if contents else _content(guid, obj, removed), at)
+            record = _published(name, content, at)
             if record is not None:
                 rows.append(("object_versions", record))
     return rows
 
 
-def history_rows(r: Replica, versions: list, contents: list | None = None) -> list:
+def history_rows(r: Replica, versions: list, contents: list) -> list:
     """directory_history: every version of every object as this replica held it, numbered by the
     replica's running count (so versions at the same event time keep their order), as JSON text
     (the object's part memoised by content, as published_version's). valid_to is the sink's: the
     valid_from of the object's next version on this replica (Table.successor)."""
     rows, name = [], json.dumps(r.name)
-    for i, (guid, obj, removed, at, kind) in enumerate(versions):
+    for (_guid, _obj, _removed, at, kind), (_owner, _key, middle) in zip(versions, contents):
         r.s.versions_recorded += 1
-        middle = (contents[i] if contents else _content(guid, obj, removed))[2]
         rows.append(("directory_history", f'{{"server": {name}, "version": {r.s.versions_recorded}, '
                                           f'"kind": "{kind}", "valid_from": "{ts(at)}", {middle}}}'))
     return rows
