@@ -83,8 +83,17 @@ def cmd_simulate(args) -> int:
     ensure_topics(settings, {t: args.partitions for t in TOPICS.values()})
     pub = publisher(args.client, settings)
     items = ((m.protocol, m.key, m.envelope) for m in sim.messages(args.count))
-    stats = publish_all(pub, items, rate=args.rate, duration=args.duration, on_deadline=sim.stop,
-                        total=args.count if args.duration is None else None)
+    requests = None
+    if args.respond:
+        from .responder import OutboundRequests, answering_between, live_authorities
+        requests = OutboundRequests(settings, live_authorities(sim), args.outbound_topic)
+        items = answering_between(items, requests)
+    try:
+        stats = publish_all(pub, items, rate=args.rate, duration=args.duration, on_deadline=sim.stop,
+                            total=args.count if args.duration is None else None)
+    finally:
+        if requests is not None:
+            requests.close()
     pub.close()
     truth = sim.truth()
     if args.truth:
@@ -94,6 +103,8 @@ def cmd_simulate(args) -> int:
                "seconds": round(time.monotonic() - stats.started, 2), "rate_per_s": round(stats.rate()),
                "dead_letters_expected": len(truth["dead_letters"]), "dropped": len(truth["dropped"]),
                "duplicates": len(truth["duplicates"]), "truth": args.truth, "interrupted": stats.interrupted}
+    if requests is not None:
+        summary["responder"] = requests.authorities.stats
     print(json.dumps(summary))
     return EXIT_FAILED if stats.interrupted else 0
 
@@ -239,6 +250,11 @@ def register(sub) -> None:
                                                     "1801, MQSD on UDP 1801; .pcapng for pcapng) instead of "
                                                     "publishing it; replay it with `produce replay FILE`")
     sim.add_argument("--burst-rate", type=float, default=0.002, help="chance per operation of a 100+ burst")
+    sim.add_argument("--respond", action="store_true",
+                     help="also play the object authorities while publishing: answer the job's sync and change "
+                          "requests on --outbound-topic from the authorities' objects as they are now (a live "
+                          "`produce respond`; run that with the truth file once this command has ended)")
+    sim.add_argument("--outbound-topic", default=OUTBOUND_TOPIC, help=f"with --respond (default {OUTBOUND_TOPIC})")
     sim.add_argument("--op-interval-ms", default="20-120",
                      help="simulated milliseconds between directory operations, MIN-MAX (default 20-120: a busy "
                           "directory; larger values give smaller change propagations)")

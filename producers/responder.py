@@ -206,50 +206,99 @@ def arrives_at(envelope: dict, now_ms: int | None) -> None:
         envelope["arrival_time"] = now_ms + 1
 
 
+class LivePartitions:
+    """The partitions as a running simulator's authorities hold them now, in the truth's JSON form,
+    made when a request asks for one (and kept until the partition changes): what `Authorities`
+    reads to answer while the traffic is still being generated."""
+
+    def __init__(self, enterprise):
+        self.enterprise = enterprise
+        self._made: dict[str, tuple[tuple, dict]] = {}
+
+    def get(self, partition_id: str, default=None):
+        from .truth import partition_json
+        p = self.enterprise.partitions.get(partition_id)
+        if p is None:
+            return default
+        version = (p.last_seq_number, p.purged_seq_number, len(p.objects), len(p.deleted))
+        made = self._made.get(partition_id)
+        if made is None or made[0] != version:
+            made = self._made[partition_id] = (version, partition_json(p))
+        return made[1]
+
+
+def live_authorities(sim) -> Authorities:
+    """Authorities answering from a running simulator's enterprise (`produce simulate --respond`)."""
+    from .truth import servers_json
+    return Authorities({"servers": servers_json(sim.ent), "partitions": LivePartitions(sim.ent)})
+
+
+class OutboundRequests:
+    """The job's messages on the outbound topic, answered by the authorities. The consumer group is
+    shared by every responder, so one that takes over (`produce respond` after `produce simulate
+    --respond`) goes on from the last one's committed position."""
+
+    def __init__(self, settings, authorities: Authorities, outbound_topic: str, from_beginning: bool = True):
+        from confluent_kafka import Consumer
+
+        from .kafka import ensure_topics
+        self.authorities = authorities
+        ensure_topics(settings, {outbound_topic: 1})
+        self.consumer = Consumer(settings.confluent(**{
+            "group.id": "dirstream-responder", "enable.auto.commit": True, "session.timeout.ms": 6000,
+            "auto.offset.reset": "earliest" if from_beginning else "latest", "fetch.wait.max.ms": 50}))
+        self.assigned = []
+        self.consumer.subscribe([outbound_topic], on_assign=lambda _c, parts: self.assigned.extend(parts))
+        self.answered: set[str] = set()
+
+    def answers(self, timeout_s: float, now_ms) -> tuple[int, list[Answer]]:
+        """(records read, answers) of what arrived within timeout_s. now_ms() is called once, when
+        there is something to answer: the latest arrival on the raw topic ("now" in event time)."""
+        from confluent_kafka import KafkaError
+        batch = self.consumer.consume(500, timeout_s)
+        out, now = [], None
+        for record in batch:
+            if record.error():
+                if record.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer error: %s", record.error())
+                continue
+            try:
+                envelope = decode_envelope(record.value())
+            except ValueError as exc:
+                log.warning("skipping outbound record %s[%d]@%d: %s", record.topic(), record.partition(),
+                            record.offset(), exc)
+                continue
+            if envelope.get("message_id") in self.answered:
+                continue            # a replayed batch republishes with the same ids (at least once)
+            self.answered.add(envelope.get("message_id"))
+            answers = self.authorities.answer(envelope)
+            if answers and now is None:
+                now = now_ms()
+            for ans in answers:
+                arrives_at(ans.envelope, now)
+            out.extend(answers)
+        return len(batch), out
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
 def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: str, client: str = "confluent",
                   idle_exit: float | None = None, from_beginning: bool = True, stop=lambda: False) -> dict:
     """Answer every message on the outbound topic until stopped (or idle for idle_exit seconds)."""
-    from confluent_kafka import Consumer, KafkaError
-
-    from .kafka import ensure_topics, publisher
+    from .kafka import publisher
     from .publish import publish_envelope
 
     authorities = Authorities.from_file(truth_path)
-    ensure_topics(settings, {outbound_topic: 1})
-    consumer = Consumer(settings.confluent(**{
-        "group.id": "dirstream-responder", "enable.auto.commit": True, "session.timeout.ms": 6000,
-        "auto.offset.reset": "earliest" if from_beginning else "latest", "fetch.wait.max.ms": 50}))
-    assigned = []
-    consumer.subscribe([outbound_topic], on_assign=lambda _c, parts: assigned.extend(parts))
+    requests = OutboundRequests(settings, authorities, outbound_topic, from_beginning)
     pub = publisher(client, settings)
     last_activity = None                  # the idle clock starts once the group has assigned partitions
-    answered: set[str] = set()
-    now_ms = None
     try:
         while not stop():
-            batch = consumer.consume(500, 0.2)
-            for record in batch:
-                if record.error():
-                    if record.error().code() != KafkaError._PARTITION_EOF:
-                        log.warning("consumer error: %s", record.error())
-                    continue
-                try:
-                    envelope = decode_envelope(record.value())
-                except ValueError as exc:
-                    log.warning("skipping outbound record %s[%d]@%d: %s", record.topic(), record.partition(),
-                                record.offset(), exc)
-                    continue
-                if envelope.get("message_id") in answered:
-                    continue            # a replayed batch republishes with the same ids (at least once)
-                answered.add(envelope.get("message_id"))
-                answers = authorities.answer(envelope)
-                if answers:
-                    now_ms = now_ms if now_ms is not None else latest_arrival_ms(settings, raw_topic)
-                for ans in answers:
-                    arrives_at(ans.envelope, now_ms)
-                    publish_envelope(pub, "mqdsrp", ans.key, ans.envelope, {"mqdsrp": raw_topic})
-            now_ms = None
-            if batch or (assigned and last_activity is None):
+            read, answers = requests.answers(0.2, lambda: latest_arrival_ms(settings, raw_topic))
+            for ans in answers:
+                publish_envelope(pub, "mqdsrp", ans.key, ans.envelope, {"mqdsrp": raw_topic})
+            if read or (requests.assigned and last_activity is None):
                 last_activity = time.monotonic()
                 pub.flush(30)
             elif idle_exit is not None and last_activity and time.monotonic() - last_activity > idle_exit:
@@ -257,6 +306,24 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
     except KeyboardInterrupt:
         pass
     finally:
-        consumer.close()
+        requests.close()
         pub.close()
     return authorities.stats
+
+
+def answering_between(items, requests: OutboundRequests, every_s: float = 0.2):
+    """The (protocol, key, envelope) items of a producer with the authorities' answers to the job's
+    requests between them, looked for every every_s seconds: a reply arrives after every MQDSRP
+    message already published (the latest arrival among them is "now")."""
+    latest_ms, next_look = None, time.monotonic() + every_s
+    for protocol, key, envelope in items:
+        yield protocol, key, envelope
+        if protocol == "mqdsrp":
+            arrival = millis(envelope["arrival_time"])
+            latest_ms = arrival if latest_ms is None else max(latest_ms, arrival)
+        if time.monotonic() >= next_look:
+            next_look = time.monotonic() + every_s
+            _read, answers = requests.answers(0, lambda: latest_ms)
+            for ans in answers:
+                latest_ms = max(latest_ms or 0, millis(ans.envelope["arrival_time"]))
+                yield "mqdsrp", ans.key, ans.envelope

@@ -418,8 +418,11 @@ class Simulator:
     def _known_last(self, server: ent.Server, partition: ent.Partition) -> int:
         if partition.authority == server.name:
             return partition.last_seq_number
+        # the first change of this partition still pending from its authority (an authority that owns
+        # two partitions, the PEC, has changes of both pending to the same neighbour)
         pending = self.avail.get((partition.authority, server.name), [])
-        return pending[0].previous_seq_number if pending else partition.last_seq_number
+        return next((c.previous_seq_number for c in pending if c.partition_id == partition.partition_id),
+                    partition.last_seq_number)
 
     def _psc_received(self, psc: ent.Server, changes: list[mqdsrp.DirectoryChange]) -> None:
         """A PSC applies propagated changes: forwards them to its BSCs and acks every 256th."""

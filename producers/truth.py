@@ -42,10 +42,7 @@ def build_truth(sim) -> dict:
     return {
         "seed": sim.seed,
         "enterprise_id": e.enterprise_id,
-        "servers": {s.name: {"role": s.role, "site_id": s.site_id, "machine_id": s.machine_id, "ip": s.ip,
-                             "replicates": [p for p, part in e.partitions.items() if part.authority != s.name]
-                             if s.role != "QM" else []}
-                    for s in e.servers.values()},
+        "servers": servers_json(e),
         "partitions": {pid: partition_json(p) for pid, p in e.partitions.items()},
         "queue_managers": {qm.machine_id: dict(queue_manager_json(e, qm, sim.cn_mode[qm.name]),
                                                delivered=delivered.get(qm.name, {"queues": {}, "machine": {}}))
@@ -58,6 +55,13 @@ def build_truth(sim) -> dict:
         "nacks": sim.nacks,
         "counts": dict(sim.counts),
     }
+
+
+def servers_json(e: ent.Enterprise) -> dict:
+    return {s.name: {"role": s.role, "site_id": s.site_id, "machine_id": s.machine_id, "ip": s.ip,
+                     "replicates": [p for p, part in e.partitions.items() if part.authority != s.name]
+                     if s.role != "QM" else []}
+            for s in e.servers.values()}
 
 
 def partition_json(p: ent.Partition) -> dict:

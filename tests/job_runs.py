@@ -8,7 +8,40 @@ import time
 
 from producers.kafka import KafkaSettings
 from producers.responder import run_responder
+from streaming.sinks import open_sink
 from streaming.wire.topics import OUTBOUND_TOPIC, TOPICS
+
+TABLES = ("directory_objects", "directory_history", "deleted_objects", "replication_partitions",
+          "replication_servers", "pending_changes", "outbound_messages", "queue_managers", "qm_queues", "notifications",
+          "notification_batches", "discovery_requests", "site_topology", "discovery_unmatched_replies", "dead_letters",
+          "raw_messages_seen")
+LEFT_OUT = {"recorded_at", "batch_id"}
+KAFKA_COORDINATES = {"kafka_partition", "kafka_offset", "partition", "offset"}
+FAULTS = ("--reorder", "0.1", "--duplicate", "0.05", "--drop", "0.03", "--nack", "0.01", "--corrupt", "0.01",
+          "--unauthenticated", "0.05", "--burst-rate", "0.01")
+
+
+def dump(url: str, left_out=frozenset()) -> dict[str, list[tuple]]:
+    s = open_sink(url)
+    try:
+        out = {}
+        for table in TABLES:
+            rows = s.query(f"SELECT * FROM {table}")
+            skip = LEFT_OUT | left_out | ({"message_id"} if table == "outbound_messages" else set())
+            out[table] = sorted((tuple((k, str(v)) for k, v in sorted(r.items()) if k not in skip) for r in rows))
+        return out
+    finally:
+        s.close()
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    out = []
+    for table in TABLES:
+        only_a, only_b = set(a[table]) - set(b[table]), set(b[table]) - set(a[table])
+        if only_a or only_b:
+            out.append(f"{table}: {len(a[table])} vs {len(b[table])} rows, {len(only_a)} only in the first "
+                       f"(e.g. {sorted(only_a)[:1]}), {len(only_b)} only in the second (e.g. {sorted(only_b)[:1]})")
+    return out
 
 
 class Responder:

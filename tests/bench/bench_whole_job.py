@@ -111,7 +111,7 @@ class TreeMemory(threading.Thread):
         return out
 
 
-def _proportional(pid: int) -> int | None:
+def proportional_memory(pid: int) -> int | None:
     """The process's proportional set size (PSS): its resident pages, each shared page divided among
     the processes sharing it. Summed over the tree it counts every page once; resident sizes do not:
     forked Python workers share their daemon's pages, and a JVM forking a worker shows, for a moment,
@@ -167,7 +167,7 @@ def _tree_stats(root: int, kinds: dict[int, str]) -> tuple[dict[int, int], dict[
     resident, todo, seen = {}, [root], {}
     while todo:
         pid = todo.pop()
-        resident[pid] = _proportional(pid) or rss.get(pid, 0)
+        resident[pid] = proportional_memory(pid) or rss.get(pid, 0)
         seen[pid] = (kinds.get(pid) or _kind(pid, root), cpu.get(pid, 0.0))
         todo += children.get(pid, [])
     return resident, seen

@@ -1,210 +1,621 @@
-"""The whole job over a long run (prints figures; not a timed test).
+"""The whole job over a long run at a steady rate, a broker restart, and a backlog caught up (issue 31).
 
-Starts a fresh embedded Apache Kafka broker, publishes the simulator's traffic at a steady rate with
-`dirstream produce simulate --rate R --duration S` (a process of its own), and runs the whole job,
-`dirstream run` with all four queries and its normal 2 s trigger, as a user does. Once a minute it
-samples CPU (share of one core over the minute) and resident memory of the broker and of the job
-(driver, JVM and Python workers together, and each part), and what was published, read and lagged.
-Memory "stays flat" when the second half of the run grows by no more than noise.
+One run, on a fresh embedded Apache Kafka broker, producer, broker and job on the same machine:
+
+1. **Steady** (`--minutes`, 60): `dirstream produce simulate --rate R --respond` publishes the simulator's
+   traffic with every fault type on and plays the object authorities (it answers the job's sync and
+   change requests as the authorities hold their objects then), while the whole job runs (`dirstream
+   run`, all four queries, 2 s trigger, `--max-records`). The broker is stopped and started again on
+   its own log directories once (`--broker-restart-at`).
+2. **Catch-up** (`--stop-minutes`, 10): the job is stopped (Ctrl-C) with the traffic still running,
+   started again from its checkpoint, and must be back within the lag bound within
+   `--catch-up-minutes` (10), every micro-batch of every query within `--max-records`.
+3. **Final**: once the producer has ended and the job has read everything, the job is stopped, `produce
+   respond` answers what it still asks (from the truth file), `dirstream run --once` runs until
+   `dirstream verify` is clean (three runs at most), and with `--compare` a fresh checkpoint's `--once`
+   over the same Kafka content must give the same tables, row for row.
+
+Sampled every `--sample-s` seconds (60) and printed as a table: CPU (share of one core over the
+interval) and resident memory of the broker, the producer and the job's driver, JVM and Python
+workers; per query the records read, the records not read yet and that lag in seconds of its topics'
+traffic. The samples go to `soak.json` and a chart to `soak.png` in `--out`. The criteria, checked
+and printed, exit 1 if one fails:
+
+- every query's lag stays under `--max-lag-s` (30) seconds of traffic after the first
+  `--warmup-minutes` (5) of the steady phase (the broker restart included);
+- each process's resident memory grows by less than `--memory-growth` (10 %) from the middle to the
+  end of the steady phase (the median of the three samples nearest each point);
+- the catch-up: within its limit, every micro-batch within `--max-records`, and the job's resident
+  memory meanwhile at most `--memory-growth` above its peak in the steady phase's second half;
+- after the run, the `--once` passes and `verify` are clean (and equal to a fresh run with `--compare`).
+
+Lag in seconds of traffic: the records in a query's topics it has not committed (Kafka's end offsets
+now minus those of its last micro-batch, from `pipeline_progress`) over the rate its topics grew at in
+the last minute.
 
 Run: make soak   (or .venv/bin/python tests/bench/soak_job.py --minutes 60 --rate 2000)
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
-import tempfile
+import threading
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
-from infra.broker import EmbeddedBroker  # noqa: E402
+from bench_whole_job import proportional_memory  # noqa: E402
+from infra.broker import EmbeddedBroker, free_port  # noqa: E402
+from job_runs import FAULTS, differences, dump  # noqa: E402
 from producers.kafka import KafkaSettings, ensure_topics  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 DIRSTREAM = str(Path(sys.executable).parent / "dirstream")
+QUERIES = ("dirstream", "dirstream-discovery", "dirstream-replication", "dirstream-notifications")
+SHORT = {"dirstream": "raw", "dirstream-discovery": "discovery", "dirstream-replication": "replication",
+         "dirstream-notifications": "notifications"}
+PROCESSES = ("broker", "producer", "driver", "jvm", "python workers")
 
 
-def proc_stat(pid: int) -> tuple[str, int, float, float] | None:
-    """(name, parent pid, CPU seconds, resident MB) of a process, None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-        with open(f"/proc/{pid}/statm") as fh:
-            resident_pages = int(fh.read().split()[1])
-    except OSError:
-        return None
-    name = stat[stat.index("(") + 1:stat.rindex(")")]
-    fields = stat[stat.rindex(")") + 2:].split()
-    cpu = (int(fields[11]) + int(fields[12])) / TICKS
-    return name, int(fields[1]), cpu, resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def tree(root: int) -> dict[int, tuple[str, float, float]]:
-    """pid -> (name, CPU seconds, resident MB) of root and every process below it."""
-    stats = {}
+# ------------------------------------------------------------------------------------ processes
+def proc_stats() -> dict[int, tuple[str, int, float]]:
+    """pid -> (name, parent pid, CPU seconds) of every process."""
+    out = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            s = proc_stat(int(entry))
-            if s is not None:
-                stats[int(entry)] = s
-    found, frontier = {}, [root]
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[int(entry)] = (name, int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS)
+    return out
+
+
+def descendants(stats: dict, root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (_name, parent, _cpu) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    found, frontier = [], [root]
     while frontier:
         pid = frontier.pop()
         if pid in stats and pid not in found:
-            name, _ppid, cpu, rss = stats[pid]
-            found[pid] = (name, cpu, rss)
-            frontier.extend(child for child, s in stats.items() if s[1] == pid)
+            found.append(pid)
+            frontier.extend(children.get(pid, []))
     return found
 
 
-def job_parts(root: int) -> dict[str, tuple[float, float]]:
-    """CPU seconds and resident MB of the job's driver, its JVM and its Python workers."""
-    parts = {"driver": [0.0, 0.0], "jvm": [0.0, 0.0], "python workers": [0.0, 0.0]}
-    for pid, (name, cpu, rss) in tree(root).items():
-        part = "driver" if pid == root else "jvm" if name == "java" else "python workers"
-        parts[part][0] += cpu
-        parts[part][1] += rss
-    return {k: (v[0], v[1]) for k, v in parts.items()}
+class ProcessMeter(threading.Thread):
+    """CPU (% of one core since the last reading) and memory of each kind of process: the broker, the
+    producer, and the job's driver, JVM and Python workers. Memory is the proportional set size (PSS:
+    each shared page divided among the processes sharing it), so forked Python workers and a JVM
+    forking one are not counted twice; read now, and as the peak of readings every `every_s` seconds
+    since the last reading. CPU seconds are kept per pid: a process that exits (a Python worker, a
+    restarted job or broker) takes only its own seconds with it."""
 
+    def __init__(self, roots, every_s: float = 5.0):
+        super().__init__(daemon=True)
+        self.roots, self.every_s = roots, every_s          # roots(): {"broker": pid, "producer": pid, "job": pid}
+        self.last_cpu: dict[int, float] = {}
+        self.last_at = time.monotonic()
+        self.peaks = {k: 0.0 for k in PROCESSES}
+        self.lock = threading.Lock()
+        self.done = threading.Event()
 
-def sink_figures(url: str) -> dict:
-    from streaming.sinks import open_sink
-    try:
-        sink = open_sink(url)
-    except Exception:
-        return {"rows": 0, "lag": None}
-    try:
-        row = sink.query("SELECT COALESCE(SUM(input_rows), 0) AS n, "
-                         "(SELECT total_lag FROM pipeline_progress WHERE query_name = 'dirstream' ORDER BY finished_at DESC LIMIT 1) AS lag "
-                         "FROM pipeline_progress WHERE query_name = 'dirstream'")[0]
-        return {"rows": int(row["n"]), "lag": row["lag"]}
-    except Exception:
-        return {"rows": 0, "lag": None}
-    finally:
-        sink.close()
+    def run(self) -> None:
+        while not self.done.wait(self.every_s):
+            _cpu, memory = self._measure()
+            with self.lock:
+                self.peaks = {k: max(self.peaks[k], memory[k]) for k in PROCESSES}
 
-
-def published_so_far(log: Path) -> str:
-    """The producer's last progress line ("sent N messages (...) at R msg/s")."""
-    try:
-        text = log.read_text().replace("\r", "\n").strip().splitlines()
-        return text[-1].removeprefix("sent ") if text else "0"
-    except OSError:
-        return "0"
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--minutes", type=float, default=60)
-    parser.add_argument("--rate", type=int, default=2000, help="messages per second published")
-    parser.add_argument("--keep", action="store_true", help="keep the working directory")
-    args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="dirstream-soak-"))
-    broker = EmbeddedBroker(workdir / "broker", port=19396)
-    broker.start()
-    url = f"sqlite:///{workdir}/soak.db"
-    producer_log, job_log = workdir / "producer.log", workdir / "job.log"
-    producer = job = None
-    try:
-        ensure_topics(KafkaSettings(broker.bootstrap), {t: 4 for t in TOPICS.values()})
-        job = subprocess.Popen([DIRSTREAM, "run", "--bootstrap", broker.bootstrap, "--sink", url, "--checkpoint",
-                                str(workdir / "ckpt"), "--pec-name", "pec0", "--trigger", "2s"],
-                               stdout=open(job_log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-        producer = subprocess.Popen([DIRSTREAM, "produce", "simulate", "--bootstrap", broker.bootstrap, "--seed", "7",
-                                     "--rate", str(args.rate), "--duration", str(args.minutes * 60),
-                                     "--op-interval-ms", "100-500"],
-                                    stdout=subprocess.PIPE, stderr=open(producer_log, "w"), text=True)
-        print(f"whole job, {args.rate:,} msg/s for {args.minutes:g} min on Apache Kafka; once a minute: CPU "
-              f"(% of one core over the minute) and resident memory (MB)", flush=True)
-        samples, started = [], time.monotonic()
-        last_cpu = {"broker": proc_stat(broker.status().pid)[2], "job": cpu_of_tree(job.pid),
-                    "producer": cpu_of_tree(producer.pid), "at": time.monotonic()}
-        while producer.poll() is None:
-            try:
-                producer.wait(60)
-                break                                   # the run is over: no partial minute
-            except subprocess.TimeoutExpired:
-                pass
-            if job.poll() is not None:
-                print(f"the job stopped (exit {job.returncode}); see {job_log}")
-                args.keep = True
-                return 1
-            samples.append(take_sample(broker, job.pid, producer.pid, url, producer_log, last_cpu, started))
-            print(describe(samples[-1]), flush=True)
-        out, _ = producer.communicate()
-        print(f"producer: {out.strip()}")
-        summarize(samples)
-    finally:
-        for proc in (producer, job):
-            if proc is not None and proc.poll() is None:
-                if proc is job:
-                    os.killpg(proc.pid, signal.SIGTERM)
+    def _measure(self) -> tuple[dict[int, tuple[str, float]], dict[str, float]]:
+        stats, kinds = proc_stats(), {}
+        for kind, root in self.roots().items():
+            if root is None:
+                continue
+            for pid in descendants(stats, root):
+                if kind == "job":
+                    kinds[pid] = "driver" if pid == root else "jvm" if stats[pid][0] == "java" else "python workers"
                 else:
-                    proc.terminate()
-                try:
-                    proc.wait(120)
-                except subprocess.TimeoutExpired:
+                    kinds[pid] = kind
+        memory = {k: 0.0 for k in PROCESSES}
+        for pid, kind in kinds.items():
+            memory[kind] += (proportional_memory(pid) or 0) / 2**20
+        return {pid: (kind, stats[pid][2]) for pid, kind in kinds.items()}, memory
+
+    def read(self) -> dict[str, dict[str, float]]:
+        """Per kind of process: CPU % of one core since the last read, memory MB now and its peak since."""
+        cpu_now, memory = self._measure()
+        now = time.monotonic()
+        interval = max(now - self.last_at, 1e-6)
+        cpu = {k: 0.0 for k in PROCESSES}
+        for pid, (kind, seconds) in cpu_now.items():
+            cpu[kind] += max(seconds - self.last_cpu.get(pid, 0.0), 0)     # a new process: all its seconds
+        with self.lock:
+            peaks, self.peaks = self.peaks, {k: 0.0 for k in PROCESSES}
+        self.last_cpu, self.last_at = {pid: seconds for pid, (_k, seconds) in cpu_now.items()}, now
+        return {k: {"cpu": 100 * cpu[k] / interval, "memory": memory[k], "peak": max(peaks[k], memory[k])}
+                for k in PROCESSES}
+
+
+# ------------------------------------------------------------------------------------ lag
+class LagMeter:
+    """Per query: records read (its micro-batches' input rows), records in its topics it has not
+    committed yet, and that lag in seconds of its topics' traffic over the last minute."""
+
+    def __init__(self, url: str, bootstrap: str):
+        self.url, self.bootstrap = url, bootstrap
+        self.history: dict[str, deque] = {q: deque() for q in QUERIES}    # (monotonic, records in its topics)
+        self._offsets = None
+
+    def read(self) -> dict[str, dict]:
+        from streaming.apps import health
+        from streaming.apps.sink_reader import SinkReader
+        from streaming.spark.pipeline import parse_end_offsets
+        try:
+            reader = SinkReader(self.url)
+        except Exception:                           # noqa: BLE001 -- the job has not created its sink yet
+            return {}
+        try:
+            queries = {q["query"]: q for q in health.query_summary(reader)}
+        except Exception:                           # noqa: BLE001 -- no pipeline_progress yet
+            return {}
+        finally:
+            reader.conn.close()
+        committed = {q: parse_end_offsets(queries[q]["end_offsets"]) for q in queries}
+        partitions = sorted({tp for ends in committed.values() for tp in ends})
+        try:
+            ends = self.offsets.ends(partitions)
+        except Exception:                           # noqa: BLE001 -- the broker is restarting
+            self.close()
+            return {q: {"read": queries[q]["input_rows"], "batches": queries[q]["batches"], "unread": None,
+                        "lag_s": None} for q in queries}
+        now, out = time.monotonic(), {}
+        for q, mine in committed.items():
+            unread = sum(max(ends[tp] - end, 0) for tp, end in mine.items())
+            out[q] = {"read": queries[q]["input_rows"], "batches": queries[q]["batches"], "unread": unread,
+                      "lag_s": self._seconds(q, now, sum(ends[tp] for tp in mine), unread)}
+        return out
+
+    def _seconds(self, query: str, now: float, in_topics: int, unread: int) -> float:
+        history = self.history.setdefault(query, deque())
+        history.append((now, in_topics))
+        while len(history) > 2 and now - history[1][0] >= 60:
+            history.popleft()
+        if unread == 0:
+            return 0.0
+        (t0, n0), (t1, n1) = history[0], history[-1]
+        rate = (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+        return unread / rate if rate > 0 else float("inf")
+
+    @property
+    def offsets(self):
+        if self._offsets is None:
+            from streaming.spark.kafka_offsets import EndOffsets
+            self._offsets = EndOffsets({"bootstrap.servers": self.bootstrap}, [], broker_wait_s=0)
+        return self._offsets
+
+    def close(self) -> None:
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None
+
+
+# ------------------------------------------------------------------------------------ the run
+class Soak:
+    def __init__(self, args):
+        self.args = args
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.work = self.out / "work"
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir()
+        self.broker = EmbeddedBroker(self.work / "broker", port=free_port())
+        self.url = f"sqlite:///{self.work}/soak.db"
+        self.truth = self.work / "truth.json"
+        self.job = self.producer = None
+        self.samples: list[dict] = []
+        self.events: list[tuple[float, str]] = []
+        self.processes = ProcessMeter(self.roots)
+        self.lag: LagMeter | None = None
+        self.started = time.monotonic()
+        self.verdicts: list[tuple[bool, str]] = []
+        self.catch_up: dict = {}
+
+    # --------------------------------------------------------------------------- helpers
+    def minute(self) -> float:
+        return (time.monotonic() - self.started) / 60
+
+    def event(self, what: str) -> None:
+        self.events.append((round(self.minute(), 2), what))
+        print(f"  {self.minute():6.1f} min  -- {what}", flush=True)
+
+    def start_job(self, *extra: str) -> subprocess.Popen:
+        n = sum(1 for _ in self.work.glob("job-*.log"))
+        log = open(self.work / f"job-{n}.log", "w")
+        return subprocess.Popen([DIRSTREAM, "run", "--bootstrap", self.broker.bootstrap, "--sink", self.url,
+                                 "--checkpoint", str(self.work / "ckpt"), "--pec-name", "pec0", "--trigger", "2s",
+                                 "--max-records", str(self.args.max_records), "--log-format", "plain",
+                                 "--metrics-port", str(self.args.metrics_port), *extra],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop_job(self) -> None:
+        os.killpg(self.job.pid, signal.SIGINT)          # Ctrl-C: stops after the current micro-batch
+        try:
+            code = self.job.wait(600)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.job.pid, signal.SIGKILL)
+            code = self.job.wait(60)
+        if code != 0:
+            raise RuntimeError(f"the job exited {code} when stopped; see {self.work}/job-*.log")
+        self.job = None
+
+    def roots(self) -> dict[str, int | None]:
+        return {"broker": self.broker.status().pid, "producer": self.producer.pid if self.producer else None,
+                "job": self.job.pid if self.job else None}
+
+    def sample(self, phase: str) -> dict:
+        procs = self.processes.read()
+        return {"minute": round(self.minute(), 2), "phase": phase, "published": self.published(),
+                "cpu": {k: round(v["cpu"], 1) for k, v in procs.items()},
+                "memory": {k: round(v["memory"]) for k, v in procs.items()},
+                "peak": {k: round(v["peak"]) for k, v in procs.items()}, "queries": self.lag.read()}
+
+    def published(self) -> int:
+        """The producer's last progress line: "sent N messages (...) at R msg/s"."""
+        try:
+            with open(self.work / "producer.log", "rb") as fh:
+                fh.seek(max(fh.seek(0, 2) - 4096, 0))
+                found = re.findall(rb"sent (\d+) messages", fh.read())
+            return int(found[-1]) if found else 0
+        except OSError:
+            return 0
+
+    def record(self, phase: str) -> dict:
+        s = self.sample(phase)
+        self.samples.append(s)
+        print(row(s), flush=True)
+        return s
+
+    def wait_sampling(self, until_minute: float, phase: str, step_s: float | None = None) -> None:
+        """Sample every --sample-s seconds until the given minute of the run; stops early if the
+        producer has ended (steady phases) or the job has died."""
+        step_s = step_s or self.args.sample_s
+        while self.minute() < until_minute - 1e-6:
+            time.sleep(max(min(step_s, (until_minute - self.minute()) * 60), 0))
+            if self.job is not None and self.job.poll() is not None:
+                raise RuntimeError(f"the job stopped (exit {self.job.returncode}); see {self.work}/job-*.log")
+            self.record(phase)
+
+    # --------------------------------------------------------------------------- phases
+    def run(self) -> int:
+        a = self.args
+        self.broker.start()
+        ensure_topics(KafkaSettings(self.broker.bootstrap), {t: 4 for t in TOPICS.values()})
+        self.lag = LagMeter(self.url, self.broker.bootstrap)
+        produce_s = (a.minutes + a.stop_minutes + a.catch_up_minutes) * 60
+        print(f"soak: the whole job at {a.rate:,} msg/s (every fault type, the authorities answering): "
+              f"{a.minutes:g} min steady, broker restart at minute {a.broker_restart_at:g}, then the job stopped "
+              f"for {a.stop_minutes:g} min and {a.catch_up_minutes:g} min to catch up; --max-records "
+              f"{a.max_records:,}; a sample every {a.sample_s:g} s; in {self.out}", flush=True)
+        print(header(), flush=True)
+        self.job = self.start_job()
+        self.producer = subprocess.Popen(
+            [DIRSTREAM, "produce", "simulate", "--bootstrap", self.broker.bootstrap, "--seed", str(a.seed),
+             "--rate", str(a.rate), "--duration", str(produce_s), "--op-interval-ms", a.op_interval_ms,
+             "--respond", "--truth", str(self.truth), *FAULTS],
+            stdout=open(self.work / "producer.out", "w"), stderr=open(self.work / "producer.log", "w"))
+        self.started = time.monotonic()
+        self.processes = ProcessMeter(self.roots)
+        self.processes.start()
+        try:
+            try:
+                self.steady()
+                self.catch_up_after_stop()
+                self.drain()
+            finally:
+                self.kill_leftovers()
+            self.final_passes()
+        except RuntimeError as exc:
+            self.event(f"stopped: {exc}")
+            self.verdicts.append((False, f"the run went to its end: no, {exc}"))
+        finally:
+            self.processes.done.set()
+            self.judge()
+            self.save()
+            self.broker.stop()
+        failed = [text for ok, text in self.verdicts if not ok]
+        print(f"soak: {'PASS' if not failed else 'FAIL'} ({len(self.verdicts) - len(failed)} of "
+              f"{len(self.verdicts)} criteria met)", flush=True)
+        if not failed and not a.keep:
+            shutil.rmtree(self.work, ignore_errors=True)
+        return 0 if not failed else 1
+
+    def kill_leftovers(self) -> None:
+        for proc in (self.producer, self.job):
+            if proc is not None and proc.poll() is None:
+                if proc is self.job:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:
                     proc.kill()
-        broker.stop()
-        if args.keep:
-            print(f"working directory kept: {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+                proc.wait(60)
+
+    def steady(self) -> None:
+        a = self.args
+        if 0 < a.broker_restart_at < a.minutes:
+            self.wait_sampling(a.broker_restart_at, "steady")
+            self.event("broker stopped")
+            self.broker.stop()
+            self.lag.close()
+            self.broker.start()
+            self.event("broker started again on its log directories")
+        self.wait_sampling(a.minutes, "steady")
+
+    def catch_up_after_stop(self) -> None:
+        a = self.args
+        if a.stop_minutes <= 0:
+            return
+        self.event("job stopped (Ctrl-C)")
+        self.stop_job()
+        stopped = self.minute()
+        self.wait_sampling(stopped + a.stop_minutes, "stopped")
+        behind = {q: v["unread"] for q, v in self.samples[-1]["queries"].items()}
+        self.event(f"job started again, {sum(v or 0 for v in behind.values()):,} records behind "
+                   f"({', '.join(f'{SHORT[q]} {n:,}' for q, n in behind.items() if n)})")
+        restarted, self.job = self.minute(), self.start_job()
+        self.catch_up = {"restarted_at": restarted, "behind": behind, "caught_up_after_min": None}
+        deadline = restarted + a.catch_up_minutes
+        next_sample = time.monotonic() + a.sample_s
+        while self.minute() < deadline:
+            time.sleep(5)
+            if self.job.poll() is not None:
+                raise RuntimeError(f"the job stopped (exit {self.job.returncode}); see {self.work}/job-*.log")
+            now = self.lag.read()
+            if len(now) == len(QUERIES) and all(v["lag_s"] is not None and v["lag_s"] <= a.max_lag_s
+                                                 for v in now.values()) and self._read_since(restarted, now):
+                self.catch_up["caught_up_after_min"] = round(self.minute() - restarted, 2)
+                self.event(f"caught up: every query within {a.max_lag_s:g} s of traffic")
+                break
+            if time.monotonic() >= next_sample:
+                self.record("catch-up")
+                next_sample += a.sample_s
+        self.record("catch-up")
+        self.wait_sampling(deadline, "catch-up")
+
+    def _read_since(self, restarted: float, now: dict) -> bool:
+        """Every query has committed a micro-batch since the restart (its lag is not a stale row's)."""
+        before = next((s["queries"] for s in reversed(self.samples) if s["minute"] <= restarted), {})
+        return all(now[q]["batches"] > before.get(q, {}).get("batches", 0) for q in QUERIES)
+
+    def drain(self) -> None:
+        """The producer ends (its quiet tail of event time); the job reads everything; then it stops."""
+        out = self.producer.wait(600 + self.args.catch_up_minutes * 60)
+        self.event(f"producer ended (exit {out}): {(self.work / 'producer.out').read_text().strip()}")
+        self.producer = None
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            now = self.lag.read()
+            if len(now) == len(QUERIES) and all(v["unread"] == 0 for v in now.values()):
+                break
+            time.sleep(5)
+        self.record("drained")
+        self.event("job stopped (Ctrl-C) with everything read")
+        self.stop_job()
+        self.lag.close()
+
+    def final_passes(self) -> None:
+        """`produce respond` answers what the job still asks; `--once` until `verify` is clean."""
+        respond = subprocess.Popen([DIRSTREAM, "produce", "respond", "--bootstrap", self.broker.bootstrap,
+                                    "--truth", str(self.truth)], stdout=subprocess.DEVNULL,
+                                   stderr=open(self.work / "respond.log", "w"))
+        try:
+            for passes in range(1, 4):
+                self.once(self.url, "ckpt")
+                done = self.verify(self.url)
+                if done.returncode == 0:
+                    break
+                time.sleep(10)                    # the responder answers this pass's requests
+            self.verify_output = done.stdout
+            self.verdicts.append((done.returncode == 0, f"after the run: {passes} --once pass(es), verify "
+                                  f"{'clean' if done.returncode == 0 else 'NOT clean'}: {summary_of(done.stdout)}"))
+            time.sleep(10)
+        finally:
+            respond.send_signal(signal.SIGINT)
+            respond.wait(60)
+        if self.args.compare:
+            self.once(self.url, "ckpt")           # what the responder answered last, so both read the same
+            fresh = f"sqlite:///{self.work}/fresh.db"
+            self.once(fresh, "ckpt-fresh", "--outbound-topic", "none")
+            diff = differences(dump(self.url), dump(fresh))
+            self.verdicts.append((not diff, "the tables equal a fresh checkpoint's --once over the same Kafka "
+                                            f"content: {'yes' if not diff else '; '.join(diff)}"))
+
+    def once(self, url: str, checkpoint: str, *extra: str) -> None:
+        done = subprocess.run([DIRSTREAM, "run", "--once", "--bootstrap", self.broker.bootstrap, "--sink", url,
+                               "--checkpoint", str(self.work / checkpoint), "--pec-name", "pec0", "--max-records",
+                               str(self.args.max_records), "--log-format", "plain", "--metrics-port", "0", *extra],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"dirstream run --once failed: {done.stdout[-3000:]}{done.stderr[-3000:]}")
+
+    def verify(self, url: str) -> subprocess.CompletedProcess:
+        return subprocess.run([DIRSTREAM, "verify", "--truth", str(self.truth), "--sink", url],
+                              capture_output=True, text=True)
+
+    # --------------------------------------------------------------------------- criteria
+    def judge(self) -> None:
+        a = self.args
+        steady = [s for s in self.samples if s["phase"] == "steady"]
+        after_warmup = [s for s in steady if s["minute"] > a.warmup_minutes]
+        for q in QUERIES:
+            lags = [s["queries"].get(q, {}).get("lag_s") for s in after_warmup]
+            known = [x for x in lags if x is not None]
+            worst = max(known, default=None)
+            ok = bool(known) and worst <= a.max_lag_s
+            self.verdicts.append((ok, f"{SHORT[q]} lag after minute {a.warmup_minutes:g}: at most "
+                                      f"{fmt_s(worst)} of traffic (limit {a.max_lag_s:g} s; {len(lags) - len(known)} "
+                                      f"sample(s) without Kafka's offsets)"))
+        if steady:
+            middle, end = a.minutes / 2, steady[-1]["minute"]
+            for kind in PROCESSES:
+                at_middle, at_end = median_near(steady, middle, kind), median_near(steady, end, kind)
+                growth = (at_end - at_middle) / at_middle if at_middle else 0.0
+                self.verdicts.append((growth < a.memory_growth,
+                                      f"{kind} resident memory, minute {middle:g} -> {end:.0f}: {at_middle:,.0f} -> "
+                                      f"{at_end:,.0f} MB ({growth:+.1%}; limit +{a.memory_growth:.0%})"))
+        if a.stop_minutes > 0:
+            self.judge_catch_up(steady)
+
+    def judge_catch_up(self, steady: list[dict]) -> None:
+        a = self.args
+        after = self.catch_up.get("caught_up_after_min")
+        behind = sum(v or 0 for v in self.catch_up.get("behind", {}).values())
+        self.verdicts.append((after is not None and after <= a.catch_up_minutes,
+                              f"catch-up: {behind:,} records behind after {a.stop_minutes:g} min stopped; back within "
+                              f"{a.max_lag_s:g} s of traffic after {fmt_min(after)} (limit {a.catch_up_minutes:g} min)"))
+        biggest = self.largest_batches()
+        self.verdicts.append((all(n <= a.max_records for n in biggest.values()),
+                              "every micro-batch within --max-records "
+                              f"{a.max_records:,}: largest {', '.join(f'{SHORT[q]} {n:,}' for q, n in biggest.items())}"))
+        second_half = [s for s in steady if s["minute"] >= a.minutes / 2] or steady
+        catching = [s for s in self.samples if s["phase"] == "catch-up"]
+        for kind in ("driver", "jvm", "python workers"):
+            bound = max(s["peak"][kind] for s in second_half) * (1 + a.memory_growth)
+            peak = max((s["peak"][kind] for s in catching), default=0)
+            self.verdicts.append((peak <= bound, f"{kind} resident memory while catching up: peak {peak:,.0f} MB "
+                                                 f"(bound {bound:,.0f}: the steady second half's peak "
+                                                 f"+{a.memory_growth:.0%})"))
+
+    def largest_batches(self) -> dict[str, int]:
+        from streaming.apps.sink_reader import SinkReader
+        reader = SinkReader(self.url)
+        try:
+            rows = reader.query("pipeline_progress", "SELECT COALESCE(query_name, 'dirstream') AS q, "
+                                "MAX(input_rows) AS n FROM pipeline_progress GROUP BY COALESCE(query_name, 'dirstream')")
+        finally:
+            reader.conn.close()
+        return {r["q"]: int(r["n"] or 0) for r in rows}
+
+    # --------------------------------------------------------------------------- report
+    def save(self) -> None:
+        for ok, text in self.verdicts:
+            print(f"  {'PASS' if ok else 'FAIL'}  {text}", flush=True)
+        result = {"args": vars(self.args), "events": self.events, "samples": self.samples,
+                  "catch_up": self.catch_up, "verdicts": [{"ok": ok, "text": t} for ok, t in self.verdicts]}
+        (self.out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
+        try:
+            chart(self.samples, self.events, self.args, self.out / "soak.png")
+            print(f"soak: samples in {self.out / 'soak.json'}, chart in {self.out / 'soak.png'}", flush=True)
+        except ImportError:
+            print(f"soak: samples in {self.out / 'soak.json'} (no chart: matplotlib is not installed)", flush=True)
 
 
-def cpu_of_tree(root: int) -> float:
-    return sum(cpu for _name, cpu, _rss in tree(root).values())
+def median_near(samples: list[dict], minute: float, kind: str) -> float:
+    nearest = sorted(samples, key=lambda s: abs(s["minute"] - minute))[:3]
+    return statistics.median(s["memory"][kind] for s in nearest)
 
 
-def take_sample(broker, job_pid: int, producer_pid: int, url: str, producer_log: Path, last_cpu: dict,
-                started: float) -> dict:
-    """CPU over the interval since the last sample (live processes; a worker that exited takes its
-    CPU seconds with it), resident memory now."""
-    now = time.monotonic()
-    interval = now - last_cpu["at"]
-    _name, _ppid, broker_cpu, broker_rss = proc_stat(broker.status().pid)
-    parts = job_parts(job_pid)
-    job_cpu, producer_cpu = sum(cpu for cpu, _rss in parts.values()), cpu_of_tree(producer_pid)
-    sample = {"minute": (now - started) / 60, "published": published_so_far(producer_log), **sink_figures(url),
-              "broker_cpu": 100 * (broker_cpu - last_cpu["broker"]) / interval, "broker_rss": broker_rss,
-              "job_cpu": 100 * max(job_cpu - last_cpu["job"], 0) / interval,
-              "producer_cpu": 100 * max(producer_cpu - last_cpu["producer"], 0) / interval,
-              "job_rss": sum(rss for _cpu, rss in parts.values()),
-              **{f"{k}_rss": rss for k, (_cpu, rss) in parts.items()}}
-    last_cpu.update(broker=broker_cpu, job=job_cpu, producer=producer_cpu, at=now)
-    return sample
+def fmt_s(x) -> str:
+    return "-" if x is None else "inf" if x == float("inf") else f"{x:.1f} s"
 
 
-def describe(s: dict) -> str:
-    return (f"  {s['minute']:5.1f} min: published {s['published']}; job read {s['rows']:,} (lag {s['lag']}); "
-            f"CPU broker {s['broker_cpu']:3.0f}% job {s['job_cpu']:3.0f}% producer {s['producer_cpu']:3.0f}%; "
-            f"RSS broker {s['broker_rss']:4.0f} job {s['job_rss']:4.0f} (driver {s['driver_rss']:.0f}, "
-            f"JVM {s['jvm_rss']:.0f}, Python workers {s['python workers_rss']:.0f})")
+def fmt_min(x) -> str:
+    return "never" if x is None else f"{x:.1f} min"
 
 
-def summarize(samples: list[dict]) -> None:
-    if len(samples) < 4:
-        print("too short a run to judge the second half")
-        return
-    half = samples[len(samples) // 2:]
-    for key, label in (("broker_rss", "broker"), ("job_rss", "job"), ("driver_rss", "driver"), ("jvm_rss", "JVM"),
-                       ("python workers_rss", "Python workers")):
-        print(f"{label} resident MB: {samples[0][key]:.0f} at the first minute, {half[0][key]:.0f} at half time, "
-              f"{samples[-1][key]:.0f} at the end (second half {half[-1][key] - half[0][key]:+.0f} MB, "
-              f"range {min(s[key] for s in half):.0f}..{max(s[key] for s in half):.0f})")
-    for key, label in (("broker_cpu", "broker"), ("job_cpu", "job"), ("producer_cpu", "producer")):
-        values = [s[key] for s in half]
-        print(f"{label} CPU in the second half: {min(values):.0f}..{max(values):.0f} % of one core "
-              f"(mean {sum(values) / len(values):.0f} %)")
-    print(json.dumps({"lag_second_half": [s["lag"] for s in half]}))
+def summary_of(verify_output: str) -> str:
+    lines = [line.strip() for line in verify_output.splitlines() if "difference" in line or "stale" in line]
+    return "; ".join(lines[-4:]) or verify_output.strip()[-300:]
+
+
+def header() -> str:
+    q = " ".join(f"{SHORT[q][:5]:>16}" for q in QUERIES)
+    cpu = " ".join(f"{k[:6]:>6}" for k in PROCESSES)
+    return (f"{'min':>6} {'phase':8} {'published':>10} {q}   CPU % of a core: {cpu}   PSS MB: {cpu}\n"
+            f"{'':>6} {'':8} {'':>10} {'(read / lag s)':>16}")
+
+
+def row(s: dict) -> str:
+    def query(q):
+        v = s["queries"].get(q)
+        return f"{'-':>16}" if not v else f"{v['read']:>9,}/{fmt_s(v['lag_s']).replace(' s', ''):>6}"
+    cpu = " ".join(f"{s['cpu'][k]:>6.0f}" for k in PROCESSES)
+    memory = " ".join(f"{s['memory'][k]:>6,.0f}" for k in PROCESSES)
+    return (f"{s['minute']:>6.1f} {s['phase']:8} {s['published']:>10,} {' '.join(query(q) for q in QUERIES)}   "
+            f"{'':17}{cpu}   {'':7} {memory}")
+
+
+def chart(samples: list[dict], events: list, args, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (lag, memory, cpu) = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
+    minutes = [s["minute"] for s in samples]
+    for q in QUERIES:
+        values = [s["queries"].get(q, {}).get("lag_s") for s in samples]
+        lag.plot(minutes, [min(v, 3600) if v is not None else float("nan") for v in values], label=SHORT[q])
+    lag.axhline(args.max_lag_s, color="red", linestyle="--", linewidth=1, label=f"{args.max_lag_s:g} s limit")
+    lag.set_yscale("symlog", linthresh=1)
+    lag.set_ylabel("lag (s of traffic)")
+    for kind in PROCESSES:
+        line, = memory.plot(minutes, [s["memory"][kind] for s in samples], label=kind)
+        memory.plot(minutes, [s["peak"][kind] for s in samples], color=line.get_color(), linestyle=":", linewidth=1)
+        cpu.plot(minutes, [s["cpu"][kind] for s in samples], label=kind)
+    memory.set_ylabel("memory, PSS (MB; dotted: peak)")
+    cpu.set_ylabel("CPU (% of one core)")
+    cpu.set_xlabel("minute")
+    for axis in (lag, memory, cpu):
+        for minute, what in events:
+            axis.axvline(minute, color="grey", linestyle=":", linewidth=1)
+        axis.legend(loc="upper left", fontsize=8)
+        axis.grid(alpha=0.3)
+    for minute, what in events:
+        lag.annotate(what.split(",")[0].split(":")[0], (minute, lag.get_ylim()[1]), rotation=90, fontsize=7,
+                     va="top", ha="right", color="grey")
+    fig.suptitle(f"dirstream soak: {args.rate:,} msg/s, every fault type, --max-records {args.max_records:,}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=60, help="the steady phase (default 60)")
+    p.add_argument("--rate", type=int, default=2000, help="messages per second published (default 2000)")
+    p.add_argument("--broker-restart-at", type=float, default=20,
+                   help="minute of the steady phase at which the broker is restarted (default 20; 0: never)")
+    p.add_argument("--stop-minutes", type=float, default=10, help="the job stopped for this long (default 10; 0: "
+                                                                  "no catch-up phase)")
+    p.add_argument("--catch-up-minutes", type=float, default=10, help="the catch-up limit (default 10)")
+    p.add_argument("--max-records", type=int, default=200_000, help="the job's --max-records (default 200,000)")
+    p.add_argument("--max-lag-s", type=float, default=30, help="lag bound in seconds of traffic (default 30)")
+    p.add_argument("--warmup-minutes", type=float, default=5, help="lag is not judged before (default 5)")
+    p.add_argument("--memory-growth", type=float, default=0.10, help="resident memory growth allowed (default 0.10)")
+    p.add_argument("--sample-s", type=float, default=60, help="seconds between samples (default 60)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--op-interval-ms", default="100-500", help="the simulator's (default 100-500)")
+    p.add_argument("--compare", action="store_true",
+                   help="also run a fresh checkpoint's --once over the final Kafka content and compare every table")
+    p.add_argument("--metrics-port", type=int, default=0, help="the job's Prometheus port (default 0: off)")
+    p.add_argument("--out", default="var/soak", help="where soak.json, soak.png and the run's files go")
+    p.add_argument("--keep", action="store_true", help="keep the run's broker, sink and logs (OUT/work)")
+    return p.parse_args(argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(Soak(parse_args()).run())
