@@ -313,14 +313,19 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
 
 def answering_between(items, requests: OutboundRequests, every_s: float = 0.2):
     """The (protocol, key, envelope) items of a producer with the authorities' answers to the job's
-    requests between them, looked for every every_s seconds: a reply arrives after every MQDSRP
-    message already published (the latest arrival among them is "now")."""
+    requests between them, looked for every every_s seconds. An answer arrives after every MQDSRP
+    message already published (the latest arrival among them is "now"), and an MQDSRP message
+    published after an answer arrives no earlier than it (overtaken in transport, it arrives later):
+    each partition of the raw topic stays in arrival order, which the replication operator's
+    determinism relies on (README, Determinism)."""
     latest_ms, next_look = None, time.monotonic() + every_s
     for protocol, key, envelope in items:
-        yield protocol, key, envelope
         if protocol == "mqdsrp":
             arrival = millis(envelope["arrival_time"])
+            if latest_ms is not None and arrival < latest_ms:
+                envelope["arrival_time"] = arrival = latest_ms
             latest_ms = arrival if latest_ms is None else max(latest_ms, arrival)
+        yield protocol, key, envelope
         if time.monotonic() >= next_look:
             next_look = time.monotonic() + every_s
             _read, answers = requests.answers(0, lambda: latest_ms)

@@ -22,12 +22,13 @@ from datetime import datetime, timezone
 from typing import Iterator
 
 from streaming.wire.envelope import make_envelope
-from streaming.wire import encode, mqcn, mqdsrp, mqsd
+from streaming.wire import decode, encode, mqcn, mqdsrp, mqsd
 from streaming.wire.guid import GUID_NULL
 from streaming.wire.properties import Property
 from streaming.wire.propids import propid
 
 from . import enterprise as ent
+from .truth import DeliveredNotifications, LostChanges
 from .enterprise import DeletedObject, DirObject, Enterprise, props, security_descriptor
 
 SIM_EPOCH_MS = int(datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
@@ -103,7 +104,8 @@ class Simulator:
         self.requests: list[_Request] = []
         self.mqsd_sent: dict[str, tuple[_Request, "_Reply | None"]] = {}     # message id -> request, reply
         self.mqsd_delivered: list[tuple[str, int]] = []                     # (message id, arrival) in order
-        self.mqcn_delivered: list[dict] = []         # notifications but the unauthenticated, copies too, in order
+        self.mqcn_delivered = DeliveredNotifications()   # what each queue manager was told, as delivered
+        self.lost_changes = LostChanges()                # changes no sync reply can bring back
         self._pending_replies: list[tuple[_Request, _Reply]] = []
         self.dead_letters: list[dict] = []
         self.discarded: list[dict] = []
@@ -127,7 +129,7 @@ class Simulator:
                 # what the clients see (issue 32): each copy as delivered, after the faults
                 self.mqsd_delivered.append((msg.envelope["message_id"], msg.envelope["arrival_time"]))
             elif msg.protocol == "mqcn" and msg.kind != "v1:unauthenticated" and not msg.kind.startswith("corrupt:"):
-                self.mqcn_delivered.append(msg.envelope)
+                self.mqcn_delivered.deliver(msg.envelope)
             yield msg
             produced += 1
             if count is not None and produced >= count:
@@ -316,6 +318,7 @@ class Simulator:
         change = self._apply(partition, mqdsrp.CMD_CREATE, guid, name, properties, use_guid=False)
         obj = DirObject(object_type, guid, partition.partition_id, name, change.seq_number, dict(properties))
         self.ent.add_object(obj)
+        self.lost_changes.created(guid, name, change.seq_number, properties)
         self._notify(obj, "create", properties)
         return obj
 
@@ -327,6 +330,7 @@ class Simulator:
         change = self._apply(partition, mqdsrp.CMD_UPDATE, obj.guid, obj.path_name, changed, use_guid=True)
         obj.properties.update(changed)
         obj.seq_number = change.seq_number
+        self.lost_changes.updated(obj.guid, change.seq_number, changed)
         self._notify(obj, "update", changed)
 
     def _update_random(self, object_type: int) -> None:
@@ -345,6 +349,7 @@ class Simulator:
         change = self._apply(partition, mqdsrp.CMD_DELETE, obj.guid, obj.path_name,
                              props(("D_SCOPE", scope), ("D_OBJTYPE", obj.object_type)), use_guid=True)
         self.ent.remove_object(obj)
+        self.lost_changes.deleted(obj.guid, obj.path_name)
         partition.deleted[obj.guid] = DeletedObject(obj.guid, partition.partition_id, change.seq_number,
                                                     obj.object_type, scope)
         self._notify(obj, "delete", {})
@@ -596,6 +601,8 @@ class Simulator:
         for msg in stream:
             if msg.protocol == "mqdsrp" and msg.kind == "ChangePropagation" and rng.random() < f.drop:
                 self.dropped.append(msg.envelope["message_id"])
+                self.lost_changes.dropped(msg.key, decode("mqdsrp", msg.envelope["body"])
+                                          .change_propagation.directory_changes)
                 continue
             yield msg
             if rng.random() < f.duplicate:

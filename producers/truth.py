@@ -10,7 +10,12 @@
 - `discovery`: each request's correct result by the client rules of MQSD 3.1.5.2 / 3.1.6.1, over
   the traffic as delivered (reordered, duplicated): what the client saw.
 - `dead_letters`, `discarded_notifications`, `dropped`, `duplicates`, `nacks`: injected faults.
+- `unreachable`: per server, the objects whose creation or last property values it lost with a dropped
+  propagation and no sync reply can bring back; `set_by`: the change that created each live object
+  and the one that set each property's value (`LostChanges`).
 """
+from collections import OrderedDict
+
 from streaming.wire.propids import PROPIDS, propid
 from streaming.wire.propvariant import VT_BLOB
 from streaming.wire.seqnum import seq_hex
@@ -38,7 +43,7 @@ def properties_from_json(data: dict[str, object]) -> dict[int, object]:
 
 
 def build_truth(sim) -> dict:
-    e, delivered = sim.ent, notifications_as_delivered(sim)
+    e, delivered = sim.ent, sim.mqcn_delivered.views
     return {
         "seed": sim.seed,
         "enterprise_id": e.enterprise_id,
@@ -51,6 +56,8 @@ def build_truth(sim) -> dict:
         "dead_letters": sim.dead_letters,
         "discarded_notifications": sim.discarded,
         "dropped": sim.dropped,
+        "unreachable": sim.lost_changes.unreachable(),
+        "set_by": sim.lost_changes.setters(),
         "duplicates": sim.duplicates,
         "nacks": sim.nacks,
         "counts": dict(sim.counts),
@@ -86,33 +93,42 @@ def queue_manager_json(e: ent.Enterprise, qm: ent.Server, mode: str) -> dict:
                        for q in sorted(e.queues_of(qm.machine_id), key=lambda q: q.guid)}}
 
 
-def notifications_as_delivered(sim) -> dict[str, dict]:
-    """What each queue manager was told (issue 32), in the order it was delivered (arrival time, then
-    delivery order), each message once (a copy has the same MessageID: MessageIDHistoryTable) and
-    the unauthenticated copies left out (3.2.5.1). Per queue: `last`, the last create or delete
-    ([kind, message id, arrival ms]); for v1, `set`: the last value each property was given by a
-    create or update, with its message and arrival. Per queue manager, `machine`: the same for its
-    own attributes (v1 machine updates). The authority's order is in the other fields; reordered
-    notifications make the two differ (3.2.5: a queue manager processes them as they come)."""
-    from streaming.wire import decode
-    out: dict[str, dict] = {}
-    seen: set[str] = set()
-    ordered = sorted(enumerate(sim.mqcn_delivered), key=lambda item: (_ms(item[1]["arrival_time"]), item[0]))
-    for _order, env in ordered:
-        if env["message_id"] in seen:
-            continue
-        seen.add(env["message_id"])
-        view = out.setdefault(env["destination_machine"], {"queues": {}, "machine": {}})
+class DeliveredNotifications:
+    """What each queue manager was told (issue 32), built as the notifications are delivered, in that
+    order (arrival times never go back in delivery order), each message once (a copy has the same
+    MessageID: MessageIDHistoryTable) and the unauthenticated copies left out (3.2.5.1). Per queue:
+    `last`, the last create or delete ([kind, message id, arrival ms]); for v1, `set`: the last value
+    each property was given by a create or update, with its message and arrival. Per queue manager,
+    `machine`: the same for its own attributes (v1 machine updates). The authority's order is in the
+    other fields; reordered notifications make the two differ (3.2.5: a queue manager processes them
+    as they come).
+
+    Kept small for a long run: a message's id is remembered for the next REMEMBERED_IDS
+    notifications (the simulator delivers a copy within its reorder window of the original; a
+    queue manager's own MessageIDHistoryTable is bounded in time too), and no notification is kept."""
+    REMEMBERED_IDS = 100_000
+
+    def __init__(self):
+        self.views: dict[str, dict] = {}
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def deliver(self, env: dict) -> None:
+        from streaming.wire import decode
+        if env["message_id"] in self._seen:
+            return
+        self._seen[env["message_id"]] = None
+        if len(self._seen) > self.REMEMBERED_IDS:
+            self._seen.popitem(last=False)
+        view = self.views.setdefault(env["destination_machine"], {"queues": {}, "machine": {}})
         said = [env["message_id"], _ms(env["arrival_time"])]
         msg = decode("mqcn", env["body"])
         if msg.version == 2:
             if msg.body.event in ("1", "3"):
                 queue = view["queues"].setdefault(msg.body.object_guid, {"set": {}})
                 queue["last"] = ["create" if msg.body.event == "1" else "delete"] + said
-            continue
+            return
         for u in msg.updates:
             _told(view, u, said)
-    return out
 
 
 def _told(view: dict, u, said: list) -> None:
@@ -186,3 +202,61 @@ def discovery_result(req, copies: list[tuple[int, int, object]]) -> dict | None:
         "connected_networks": list(last.packet.connected_network_array) if last else [],
         "replies": len(replies),
     }
+
+
+class LostChanges:
+    """What a directory server cannot get back by the protocol (MC-MQDSRP 3.2.7.3): a change lost with a
+    dropped propagation is in no sync reply once a later change of the same object moved the object's
+    SeqNumber past the window the server asks for (an object is sent only when its current SeqNumber
+    lies in it), and a later *partial* update does not carry the property values it set (README,
+    MQDSRP operator: the protocol's own limit). Per live object: the change that last set each
+    property, and the changes of it lost on the way to each server, pruned to those that still set
+    a property (so the bookkeeping is bounded by the directory, not the run)."""
+
+    def __init__(self):
+        self.set_at: dict[str, dict[int, int]] = {}          # guid -> PROPID -> SeqNumber that set it
+        self.created_at: dict[str, int] = {}
+        self.guid_of_path: dict[str, str] = {}
+        self.lost: dict[str, dict[str, set[int]]] = {}       # guid -> server -> lost SeqNumbers
+
+    def created(self, guid: str, path: str, seq: int, properties) -> None:
+        self.set_at[guid] = dict.fromkeys(properties, seq)
+        self.created_at[guid], self.guid_of_path[path] = seq, guid
+
+    def updated(self, guid: str, seq: int, properties) -> None:
+        self.set_at[guid].update(dict.fromkeys(properties, seq))
+        still = set(self.set_at[guid].values()) | {self.created_at[guid]}
+        for server, seqs in list(self.lost.get(guid, {}).items()):
+            seqs &= still
+            if not seqs:
+                del self.lost[guid][server]
+
+    def deleted(self, guid: str, path: str) -> None:
+        for table in (self.set_at, self.created_at, self.lost):
+            table.pop(guid, None)
+        self.guid_of_path.pop(path, None)
+
+    def dropped(self, server: str, changes) -> None:
+        for c in changes:
+            guid = c.guid_identifier or self.guid_of_path.get(c.path_name)
+            if guid in self.set_at:
+                self.lost.setdefault(guid, {}).setdefault(server, set()).add(c.seq_number)
+
+    def unreachable(self) -> dict[str, dict[str, dict]]:
+        """server -> object GUID -> {"created": its creation was lost, "properties": [names of the
+        properties whose last value was lost]}."""
+        out: dict[str, dict[str, dict]] = {}
+        for guid, servers in self.lost.items():
+            for server, seqs in servers.items():
+                names = sorted(PROPIDS[p][0] for p, s in self.set_at[guid].items() if s in seqs and p in PROPIDS)
+                if names or self.created_at[guid] in seqs:
+                    out.setdefault(server, {})[guid] = {"created": self.created_at[guid] in seqs, "properties": names}
+        return out
+
+    def setters(self) -> dict[str, dict]:
+        """object GUID -> {"created": the SeqNumber that created it, "properties": {name: the SeqNumber
+        that set its value}}: what verify needs to tell a value a server could not get (its change
+        lost in transit, or dropped from a full pending collection, 3.1.7.2.2) from a wrong one."""
+        return {guid: {"created": seq_hex(self.created_at[guid]),
+                       "properties": {PROPIDS[p][0]: seq_hex(s) for p, s in props.items() if p in PROPIDS}}
+                for guid, props in self.set_at.items()}

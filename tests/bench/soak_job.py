@@ -192,7 +192,9 @@ class LagMeter:
                       "lag_s": self._seconds(q, now, sum(ends[tp] for tp in mine), unread)}
         return out
 
-    def _seconds(self, query: str, now: float, in_topics: int, unread: int) -> float:
+    def _seconds(self, query: str, now: float, in_topics: int, unread: int) -> float | None:
+        """unread over the rate its topics grew at in the last minute; None until that rate was
+        measured over 10 s at least."""
         history = self.history.setdefault(query, deque())
         history.append((now, in_topics))
         while len(history) > 2 and now - history[1][0] >= 60:
@@ -200,7 +202,9 @@ class LagMeter:
         if unread == 0:
             return 0.0
         (t0, n0), (t1, n1) = history[0], history[-1]
-        rate = (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+        if t1 - t0 < 10:
+            return None
+        rate = (n1 - n0) / (t1 - t0)
         return unread / rate if rate > 0 else float("inf")
 
     @property
@@ -602,7 +606,8 @@ def parse_args(argv=None):
     p.add_argument("--stop-minutes", type=float, default=10, help="the job stopped for this long (default 10; 0: "
                                                                   "no catch-up phase)")
     p.add_argument("--catch-up-minutes", type=float, default=10, help="the catch-up limit (default 10)")
-    p.add_argument("--max-records", type=int, default=200_000, help="the job's --max-records (default 200,000)")
+    p.add_argument("--max-records", type=int, default=20_000,
+                   help="the job's --max-records (default 20,000: a catch-up in batches no bigger than memory allows)")
     p.add_argument("--max-lag-s", type=float, default=30, help="lag bound in seconds of traffic (default 30)")
     p.add_argument("--warmup-minutes", type=float, default=5, help="lag is not judged before (default 5)")
     p.add_argument("--memory-growth", type=float, default=0.10, help="resident memory growth allowed (default 0.10)")
