@@ -7,6 +7,7 @@ The authorities' state is the simulator's ground truth (its `partitions`).
 import json
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from streaming.wire.envelope import decode_envelope, make_envelope, millis
@@ -21,6 +22,7 @@ from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex
 from .truth import properties_from_json
 
 log = logging.getLogger("dirstream.responder")
+ANSWERED_IDS = 100_000          # a replayed micro-batch republishes ids it sent moments before
 SYNC_REPLY_CHUNK = 500          # DirectoryChanges per sync0 SyncReplyMessage (the spec sets no limit)
 MQ_OK = 0
 MQDS_OBJECT_TYPES = {"queue": 1, "machine": 2, "site": 3, "connected_network": 5, "enterprise": 6, "user": 7,
@@ -249,7 +251,7 @@ class OutboundRequests:
             "auto.offset.reset": "earliest" if from_beginning else "latest", "fetch.wait.max.ms": 50}))
         self.assigned = []
         self.consumer.subscribe([outbound_topic], on_assign=lambda _c, parts: self.assigned.extend(parts))
-        self.answered: set[str] = set()
+        self.answered: OrderedDict[str, None] = OrderedDict()      # the last ANSWERED_IDS message ids
 
     def answers(self, timeout_s: float, now_ms) -> tuple[int, list[Answer]]:
         """(records read, answers) of what arrived within timeout_s. now_ms() is called once, when
@@ -270,7 +272,9 @@ class OutboundRequests:
                 continue
             if envelope.get("message_id") in self.answered:
                 continue            # a replayed batch republishes with the same ids (at least once)
-            self.answered.add(envelope.get("message_id"))
+            self.answered[envelope.get("message_id")] = None
+            if len(self.answered) > ANSWERED_IDS:
+                self.answered.popitem(last=False)
             answers = self.authorities.answer(envelope)
             if answers and now is None:
                 now = now_ms()

@@ -187,7 +187,12 @@ def test_the_first_arrival_of_each_version_gives_the_mqcn_operator_the_same_tabl
     in_tasks, published_in_tasks, dropped = _mqcn_tables(envelopes, truth, cuts, first_arrivals=True,
                                                          tasks=1 + seed % 4, seed=seed)
     assert in_tasks == every
-    assert published_in_tasks == published_first and dropped > 0
+    assert published_in_tasks == published_first
+    # and every replica in one task, where pre_select sees every copy (a few replicas per task may
+    # leave it nothing to drop)
+    one_task, published_one_task, dropped_in_one = _mqcn_tables(envelopes, truth, cuts, first_arrivals=True,
+                                                                tasks=1, seed=seed)
+    assert one_task == every and published_one_task == published_first and dropped + dropped_in_one > 0
 
 
 def test_first_arrivals_pass_an_earlier_or_different_copy_and_machines_without_a_quota():
@@ -286,12 +291,15 @@ def test_what_the_protocol_cannot_bring_back_is_named_by_the_truth_and_nothing_e
         for m in sim.messages(15_000):
             chunk.append(m.envelope)
             if len(chunk) == 500:
-                feed(job, chunk, 500)
+                job.feed(chunk)
+                job.run_until_quiet(rounds=1000)    # a full pending collection drops changes: a round a hole
                 chunk = []
-        feed(job, chunk, 500)
+        job.feed(chunk)
+        job.run_until_quiet(rounds=1000)
         truth, explained = sim.truth(), []
         diffs, _ = compare_replication(truth, job.rows("directory_objects"), job.rows("deleted_objects"),
-                                       job.rows("replication_partitions"), explained)
+                                       job.rows("replication_partitions"), explained,
+                                       [r for r in job.rows("pending_changes") if r["status"] == "dropped"])
         assert diffs == [], (seed, diffs[:5])
         assert all(" is " in d or " missing " in d for d in explained)
         explained_total += len(explained)

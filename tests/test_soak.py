@@ -26,7 +26,7 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     # every criterion was checked, not only passed
     for query in ("raw", "discovery", "replication", "notifications"):
         assert f"{query} lag after minute 0.5" in verdicts
-    for kind in ("broker", "producer", "driver", "jvm", "python workers"):
+    for kind in ("broker", "driver", "jvm", "python workers"):
         assert f"{kind} resident memory, minute 1 -> 2" in verdicts
     assert {"catch-up", "every micro-batch within --max-records 5,000", "after the run",
             "the tables equal a fresh checkpoint's --once over the same Kafka content"} <= set(verdicts)

@@ -230,3 +230,24 @@ def test_the_explanations_cannot_hide_a_tampered_value_or_a_queue_kept_after_its
     diffs, _, _ = _judged(job, truth, queues=queues)
     assert any(f"queue {notified['queue_guid']} quota is 424242" in d for d in diffs)
     assert any(f"extra queue {gone['queue_guid']}" in d for d in diffs)
+
+
+def test_a_value_the_replica_read_had_lost_is_explained_and_one_it_should_have_had_is_not():
+    """The soak (issue 31): a replica that lost a change (a dropped propagation that a later partial
+    update keeps out of every sync reply, MC-MQDSRP 3.2.7.3) holds a version without that value;
+    a read that took that replica's copy (the first to arrive) returns what it holds. Explained
+    when the same version reached another replica with the authority's value (or none ever had
+    it); not when a replica held the value and the read's version is simply older."""
+    lost = [_version("dc1", 0, 5, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 1}, "created"),
+            _version("dc1", 100, 7, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 1}),
+            _version("dc2", 200, 7, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 2})]
+    row = _queue_row(150, 7, **_columns(path_name="qm1\\q", quota=1))
+    diffs, summary, explained = _compare(row, history=lost)
+    assert diffs == [] and len(explained) == 1 and "dc1 had lost the authority's value" in explained[0]
+    assert "1 never held by a replica" in summary
+    never = [dict(v, properties={"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 1}) for v in lost]
+    diffs, _, explained = _compare(row, history=never)
+    assert diffs == [] and "no replica ever held it" in explained[0]
+    older = lost[:2] + [_version("dc2", 50, 6, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 2})]
+    diffs, _, explained = _compare(row, history=older)
+    assert explained == [] and diffs == ["qm1 (v2): queue q1 quota is 1, expected 2"]

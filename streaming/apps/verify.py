@@ -36,7 +36,8 @@ def cmd_verify(args) -> int:
                 print(f"{name}: {d}")
             if stale:
                 print(f"{name}: " + ("explained by what the queue manager could see (replica lag, the order the "
-                                     "notifications came in; not failures):" if name == "notifications" else
+                                     "notifications came in, values no replica received; not failures):"
+                                     if name == "notifications" else
                                      "explained by the protocol's own limit (a change lost with a dropped "
                                      "propagation that a later change of the object keeps out of every sync "
                                      "reply, MC-MQDSRP 3.2.7.3; not failures):"))
@@ -83,7 +84,8 @@ def check_replication(truth: dict, sink, strict: bool = False) -> tuple[list[str
     explained: list[str] | None = None if strict else []
     diffs, summary = compare_replication(
         truth, sink.query("SELECT * FROM directory_objects"), sink.query("SELECT * FROM deleted_objects"),
-        sink.query("SELECT * FROM replication_partitions"), explained)
+        sink.query("SELECT * FROM replication_partitions"), explained,
+        sink.query("SELECT server, partition_id, seq_number FROM pending_changes WHERE status = 'dropped'"))
     if explained:
         summary += f", {len(explained)} values lost to the protocol's limit"
     return diffs, summary, explained or []
@@ -93,7 +95,7 @@ NAMED_TYPES = ("queue", "machine", "site")      # types whose path name is an im
 
 
 def compare_replication(truth: dict, objects: list[dict], deleted: list[dict], partitions: list[dict],
-                        explained: list[str] | None = None):
+                        explained: list[str] | None = None, dropped_pending: list[dict] = ()):
     """Differences between replicas (sink rows) and the authorities' final partitions (truth).
 
     Live objects must match exactly: type, sequence number, every property, and the path name of
@@ -102,8 +104,10 @@ def compare_replication(truth: dict, objects: list[dict], deleted: list[dict], p
     later, bounded by what the authority allows: 3.1.7.2.9).
 
     With `explained` (a list), a missing object whose creation, or a property whose last value, the
-    server lost with a dropped propagation that no sync reply can bring back (the truth's
-    `unreachable`, README: the protocol's own limit) goes there instead of into the differences."""
+    server could not get goes there instead of into the differences (README: the protocol's own
+    limit): the change was lost with a dropped propagation (the truth's `unreachable`) or dropped
+    from the server's full pending collection (3.1.7.2.2: `dropped_pending`, pending_changes rows
+    with status dropped), and a later change of the object keeps it out of every sync reply."""
     live, gone, parts = {}, {}, {}
     for o in objects:
         if not as_bool(o["deleted"]):
@@ -127,11 +131,28 @@ def compare_replication(truth: dict, objects: list[dict], deleted: list[dict], p
                 diffs.append(f"{where}: last_seq {part['last_seq']}, expected {expected['last_seq_number']}")
             if part["purge_state"] != "normal":
                 diffs.append(f"{where}: purge_state {part['purge_state']}")
-            lost = truth.get("unreachable", {}).get(server, {}) if explained is not None else {}
+            lost = lost_values(truth, server, pid, dropped_pending) if explained is not None else {}
             for d in _object_diffs(where, expected["objects"], live.get(key, {})):
                 (explained if _unreachable(d, where, lost) else diffs).append(d)
             diffs += _deleted_diffs(where, expected, gone.get(key, {}))
     return diffs, f"{compared} replicas"
+
+
+def lost_values(truth: dict, server: str, pid: str, dropped_pending) -> dict[str, dict]:
+    """Object GUID -> {"created": bool, "properties": names}: what `server` could not get of partition
+    `pid`, lost in transit or dropped from its full pending collection."""
+    out = {guid: {"created": v["created"], "properties": set(v["properties"])}
+           for guid, v in truth.get("unreachable", {}).get(server, {}).items()}
+    dropped = {d["seq_number"] for d in dropped_pending if d["server"] == server and d["partition_id"] == pid}
+    set_by = truth.get("set_by", {})
+    for guid in truth["partitions"][pid]["objects"] if dropped else ():
+        setters = set_by.get(guid)
+        if setters is None:
+            continue
+        entry = out.setdefault(guid, {"created": False, "properties": set()})
+        entry["created"] |= setters["created"] in dropped
+        entry["properties"] |= {name for name, seq in setters["properties"].items() if seq in dropped}
+    return out
 
 
 def _unreachable(diff: str, where: str, lost: dict) -> bool:
@@ -263,12 +284,13 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
     for n in unresolved:
         if n["object_guid"] in existing:
             diffs.append(f"notification {n['message_id']} ({n['action']} {n['object_guid']}) still unresolved")
-    explained = judge.stale + judge.delivered if judge else []
+    explained = judge.stale + judge.delivered + judge.unreachable if judge else []
     if judge:
         diffs += judge.diffs
     summary = f"{len(truth['queue_managers'])} queue managers, {len(unresolved)} notifications unresolved"
     if judge:
-        summary += f", {len(judge.stale)} stale by replica lag, {len(judge.delivered)} as delivered"
+        summary += (f", {len(judge.stale)} stale by replica lag, {len(judge.delivered)} as delivered, "
+                    f"{len(judge.unreachable)} never held by a replica")
     return diffs, summary, explained
 
 

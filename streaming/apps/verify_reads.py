@@ -73,6 +73,10 @@ class ReplicaHistory:
         seen = [v for v in self.versions.get(guid, ()) if v.received_ms <= at_ms]
         return max(seen, key=HeldVersion.recency) if seen else None
 
+    def ever(self, guid: str, wanted) -> bool:
+        """Did any replica ever hold a live version of guid for which wanted(version) holds?"""
+        return any(not v.deleted and wanted(v) for v in self.versions.get(guid, ()))
+
     def first_after(self, guid: str, seq: int, wanted) -> HeldVersion | None:
         """The earliest-received version newer than seq for which wanted(version) holds."""
         later = [v for v in self.versions.get(guid, ()) if v.seq > seq and wanted(v)]
@@ -118,6 +122,7 @@ class ReadJudge:
         self.diffs: list[str] = []
         self.stale: list[str] = []             # explained by replica lag
         self.delivered: list[str] = []         # explained by the order the notifications came in
+        self.unreachable: list[str] = []       # explained by values no replica ever received
         self._checked: set[str] = set()
 
     def read_version(self, where: str, what: str, read: ReadRecord) -> HeldVersion | None:
@@ -151,7 +156,20 @@ class ReadJudge:
             return True                               # reported here, with what it should be
         later = self.history.first_after(read.guid, held.seq,
                                          lambda v: not v.deleted and v.properties.get(propid) == authority)
-        return self._lagged(where, f"{what} {_short(propid)} is {value!r}, the authority's {authority!r}", read, later)
+        text = f"{what} {_short(propid)} is {value!r}, the authority's {authority!r}"
+        if later is None:
+            # the replica the read took the version from had lost the value (verify's replication
+            # check names the change; README: the protocol's own limit), and no replica held it in a
+            # newer version: no read could return it
+            elsewhere = self.history.ever(read.guid, lambda v: v.seq == held.seq
+                                          and v.properties.get(propid) == authority)
+            if elsewhere or not self.history.ever(read.guid, lambda v: v.properties.get(propid) == authority):
+                self.unreachable.append(
+                    f"{where}: {text}: the version read at {ts(read.read_ms)} (seq {_hex(held.seq)}, first held by "
+                    f"{held.server}) holds {value!r}: {held.server} had lost the authority's value (the protocol's "
+                    f"limit, see replication)" + ("" if elsewhere else "; no replica ever held it"))
+                return True
+        return self._lagged(where, text, read, later)
 
     def extra(self, where: str, what: str, read: ReadRecord) -> bool:
         """A queue the sink holds but the authority deleted: True if it was live at the read and no

@@ -108,6 +108,7 @@ class ObjectStore:
         self.removed: dict[str, DirObject] = {}            # guid -> object as it was when removed
         self.touched_at: dict[str, int] = {}               # guid -> event time of its last change
         self.versions: list[tuple[str, DirObject, bool, int, str]] = []
+        self._last_version: dict[str, int] = {}      # guid -> index of its last entry in versions
         # every change of this batch, in order: (guid, object, removed, event time, kind: created,
         # modified or deleted); the MQCN operator reads the directory as of a time and
         # directory_history keeps every version, so no version may be folded into a later one
@@ -187,19 +188,22 @@ class ObjectStore:
             self._write("path:" + obj.path_name.lower(), obj.guid)
         self.touched[obj.guid] = obj
         self.touched_at[obj.guid] = self.clock_ms
-        self.versions.append((obj.guid, _frozen(obj), False, self.clock_ms, "created" if created else "modified"))
+        self._record(obj, False, "created" if created else "modified")
 
-    def remove(self, guid: str) -> DirObject | None:
+    def remove(self, guid: str, seq_number: int | None = None) -> DirObject | None:
+        """Remove an object; its removal is recorded with seq_number (the deletion's) when given."""
         obj = self.get(guid)
         if obj is None:
             return None
+        if seq_number is not None:
+            obj.seq_number = seq_number
         self._write(guid, None)
         if obj.path_name and self.guid_for_path(obj.path_name) == guid:
             self._write("path:" + obj.path_name.lower(), None)
         self.touched[guid] = None
         self.touched_at[guid] = self.clock_ms
         self.removed[guid] = obj
-        self.versions.append((guid, _frozen(obj), True, self.clock_ms, "deleted"))
+        self._record(obj, True, "deleted")
         return obj
 
     def guid_for_path(self, path_name: str) -> str | None:
@@ -221,6 +225,20 @@ class ObjectStore:
         self.touched, self.removed, self.touched_at = {}, {}, {}
         return touched, removed, at
 
+    def _record(self, obj: DirObject, deleted: bool, kind: str) -> None:
+        """A version of obj. One with the SeqNumber of the object's last live version, at the same
+        instant of the same step, takes that version's place: no read can fall between the two (a
+        change applied on a sync0-reset object, then the sync reply's full entry for it, found by the
+        soak: two contents of one version at one instant, which reads could take either way)."""
+        at = self._last_version.get(obj.guid)
+        if at is not None and not deleted:
+            _guid, before, before_deleted, ms, before_kind = self.versions[at]
+            if not before_deleted and ms == self.clock_ms and before.seq_number == obj.seq_number:
+                self.versions[at] = (obj.guid, _frozen(obj), False, ms, before_kind)
+                return
+        self._last_version[obj.guid] = len(self.versions)
+        self.versions.append((obj.guid, _frozen(obj), deleted, self.clock_ms, kind))
+
     def take_versions(self) -> list[tuple[str, DirObject, bool, int, str]]:
-        versions, self.versions = self.versions, []
+        versions, self.versions, self._last_version = self.versions, [], {}
         return versions

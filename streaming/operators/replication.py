@@ -479,7 +479,12 @@ class Replica:
     # ------------------------------------------------------------ 3.1.7.2.7 Handle Directory Delete
     def handle_directory_delete(self, p, object_type, scope, path, guid, seq) -> tuple[bool, bool]:
         key = self._resolve(path, guid)
-        obj = self.store.remove(key) if key else None
+        # the removal is recorded with the deletion's SeqNumber (as deleted_objects has it), so it
+        # orders after every version of the object: after a sync0 reset (3.3.7.10: every object's
+        # SeqNumber is 0 until the authority's reply) the object's own number would order the
+        # deletion before its last live version, and a read takes the highest number (found by the
+        # soak: queue managers kept queues their replicas had deleted)
+        obj = self.store.remove(key, seq) if key else None
         # [INFERENCE] deleting an object this replica never had still succeeds: the object is gone
         # either way, and failing would stall the sequence (a sync reply lists deletions by GUID).
         identifier = key or f"path:{path}"
@@ -690,7 +695,9 @@ class Replica:
         for change in p.pending:
             self.pending_events.append(PendingEvent(p.partition_id, change, "cleared", self.s.now_ms))
         p.pending = []
-        for obj in self.store.all_objects():       # MQDS Reset Directory Partition, operation 1
+        # MQDS Reset Directory Partition, operation 1; in GUID order, so that the versions it records
+        # are numbered the same whatever the order the store's buckets were loaded in
+        for obj in sorted(self.store.all_objects(), key=lambda o: o.guid):
             if obj.partition_id == p.partition_id:
                 obj.seq_number = MIN_SEQ_NUMBER
                 self.store.put(obj, index_path=False)
@@ -704,7 +711,7 @@ class Replica:
     def complete_sync0(self, p: Partition) -> None:
         if p.purge_state not in (PURGE_SYNC0, PURGE_COMPLETESYNC0):
             return
-        for obj in list(self.store.all_objects()):   # MQDS Reset Directory Partition, operation 2
+        for obj in sorted(self.store.all_objects(), key=lambda o: o.guid):   # MQDS Reset Directory Partition, op. 2
             if obj.partition_id == p.partition_id and obj.seq_number == MIN_SEQ_NUMBER:
                 # Gone from the authority, deleted at or below the purge horizon: the removal is
                 # recorded with that sequence number, so it orders after the object's last change.
