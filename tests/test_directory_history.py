@@ -141,3 +141,24 @@ def test_dirstream_history_prints_each_replica_s_versions_and_what_it_held_at_a_
     bad = dirstream("history", "--object", guid, "--at", "yesterday", "--sink", url)
     assert bad.returncode == 2 and "not an ISO-8601 time" in bad.stderr
     sink.close()
+
+
+def test_closing_a_version_looks_up_the_objects_open_row_in_an_index(tmp_path):
+    """The soak (issue 31): closing an object's open row walked every version the object ever had, and
+    the writer slowed down as the hour went on. The sink's partial index of the open rows serves the
+    update (SQLite's plan says so), and an earlier sink gets the index when it is opened again."""
+    import sqlite3
+    from streaming.sinks import DIRECTORY_HISTORY
+    path = tmp_path / "h.db"
+    sink = open_sink(f"sqlite:///{path}")
+    sink.close()
+    conn = sqlite3.connect(path)
+    plan = conn.execute("EXPLAIN QUERY PLAN " + sink._successor_sql(DIRECTORY_HISTORY), ("s", "g")).fetchall()
+    assert "USING INDEX directory_history_open" in plan[0][3], plan
+    conn.execute("DROP INDEX directory_history_open")
+    conn.commit()
+    conn.close()
+    open_sink(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT sql FROM sqlite_master WHERE name = 'directory_history_open'").fetchone()[0].endswith(
+        "WHERE valid_to IS NULL")

@@ -260,10 +260,14 @@ def test_a_published_version_is_its_directory_objects_row_as_json():
         assert next(records, None) is None
         return published
     replication_rows.version_rows = spy
+    size = replication_rows._CONTENT_MEMO_SIZE
+    replication_rows._CONTENT_MEMO_SIZE = 300        # far fewer than the history's versions: it forgets
     try:
         feed(job, envelopes, 500)
+        assert len(replication_rows._CONTENT_MEMO) == 300
     finally:
         replication_rows.version_rows = original
+        replication_rows._CONTENT_MEMO_SIZE = size
     assert len([p for _row, p in pairs if p]) > 1000
     for row, fast in pairs:
         reference = version_record(row)
