@@ -584,6 +584,7 @@ def chart(samples: list[dict], events: list, args, path: Path) -> None:
         lag.plot(minutes, [min(v, 3600) if v is not None else float("nan") for v in values], label=SHORT[q])
     lag.axhline(args.max_lag_s, color="red", linestyle="--", linewidth=1, label=f"{args.max_lag_s:g} s limit")
     lag.set_yscale("symlog", linthresh=1)
+    lag.set_ylim(bottom=0)
     lag.set_ylabel("lag (s of traffic)")
     for kind in PROCESSES:
         line, = memory.plot(minutes, [s["memory"][kind] for s in samples], label=kind)
