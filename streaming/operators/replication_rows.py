@@ -155,7 +155,7 @@ def _content(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None, str,
     if part is None:
         part = _content_part(guid, obj, deleted)
         _CONTENT_MEMO[key] = part
-        if len(_CONTENT_MEMO) > _CONTENT_MEMO_SIZE:
+        while len(_CONTENT_MEMO) > _CONTENT_MEMO_SIZE:
             _CONTENT_MEMO.popitem(last=False)
     return part
 
