@@ -132,8 +132,7 @@ def compare_replication(truth: dict, objects: list[dict], deleted: list[dict], p
             if part["purge_state"] != "normal":
                 diffs.append(f"{where}: purge_state {part['purge_state']}")
             lost = lost_values(truth, server, pid, dropped_pending) if explained is not None else {}
-            for d in _object_diffs(where, expected["objects"], live.get(key, {})):
-                (explained if _unreachable(d, where, lost) else diffs).append(d)
+            diffs += _object_diffs(where, expected["objects"], live.get(key, {}), lost, explained)
             diffs += _deleted_diffs(where, expected, gone.get(key, {}))
     return diffs, f"{compared} replicas"
 
@@ -155,20 +154,17 @@ def lost_values(truth: dict, server: str, pid: str, dropped_pending) -> dict[str
     return out
 
 
-def _unreachable(diff: str, where: str, lost: dict) -> bool:
-    """Is this difference (as _object_diffs words it) a value the server lost for good?"""
-    words = diff[len(where) + 2:].split()
-    if words[0] == "missing":
-        return lost.get(words[2], {}).get("created", False)
-    return len(words) > 2 and words[2] == "is" and words[1] in lost.get(words[0], {}).get("properties", ())
-
-
-def _object_diffs(where: str, expected: dict, got: dict) -> list[str]:
-    diffs = []
+def _object_diffs(where: str, expected: dict, got: dict, lost: dict | None = None,
+                  explained: list[str] | None = None) -> list[str]:
+    """The differences; those `lost` names (object GUID -> {"created", "properties"}: what the server
+    could not get) go to `explained` instead."""
+    diffs, lost = [], lost or {}
     for guid, exp in expected.items():
         row = got.get(guid)
+        gone = lost.get(guid, {})
         if row is None:
-            diffs.append(f"{where}: missing {exp['object_type']} {guid} ({exp['path_name']})")
+            (explained if gone.get("created") else diffs).append(
+                f"{where}: missing {exp['object_type']} {guid} ({exp['path_name']})")
             continue
         if row["object_type"] != exp["object_type"]:
             diffs.append(f"{where}: {guid} is a {row['object_type']}, expected {exp['object_type']}")
@@ -179,7 +175,8 @@ def _object_diffs(where: str, expected: dict, got: dict) -> list[str]:
         props = _json(row["properties"])
         for name in sorted(set(props) | set(exp["properties"])):
             if props.get(name) != exp["properties"].get(name):
-                diffs.append(f"{where}: {guid} {name} is {props.get(name)!r}, expected {exp['properties'].get(name)!r}")
+                (explained if name in gone.get("properties", ()) else diffs).append(
+                    f"{where}: {guid} {name} is {props.get(name)!r}, expected {exp['properties'].get(name)!r}")
     for guid in sorted(set(got) - set(expected)):
         diffs.append(f"{where}: extra {got[guid]['object_type']} {guid} ({got[guid]['path_name']})")
     return diffs
