@@ -186,6 +186,34 @@ class ReadJudge:
         later = self.history.first_after(read.guid, held.seq - 1, lambda v: v.deleted)
         return self._lagged(where, f"{what} is live, the authority deleted it", read, later)
 
+    def missing(self, where: str, what: str, guid: str, last_read_ms: int | None, reads: list[tuple[str, int]]) -> bool:
+        """A queue the authority holds but the queue manager does not: True if no read could have
+        found it. Every read is as of a processing time, the refresh's included (note <3>), so the
+        last is at the queue manager's last processing; a read of a notification that named the
+        queue and found no replica holding it waits UNRESOLVED_WAIT_MS more (`reads`: the outcome
+        and processing time of each notification about the queue). The soak (issue 31): replicas
+        that fall behind the purge horizon are reset by sync0 (MC-MQDSRP 3.3.7.5) and hold a new
+        queue only when it ends."""
+        from ..operators.notifications import UNRESOLVED_WAIT_MS
+        ends = [last_read_ms] if last_read_ms is not None else []
+        for outcome, processed_ms in reads:
+            if outcome in ("discarded", "duplicate"):
+                continue
+            if outcome == "ignored":                      # processed when its wait ran out, or at once
+                ends.append(processed_ms)
+            elif outcome == "superseded-by-refresh":      # the refresh's own read of it waits
+                ends.append(processed_ms + UNRESOLVED_WAIT_MS)
+            else:
+                return False                              # applied or still waiting: not explained here
+        live = [v for v in self.history.versions.get(guid, ()) if not v.deleted]
+        first = min(live, key=lambda v: (v.received_ms, v.server)) if live else None
+        if not ends or (first is not None and first.received_ms <= max(ends)):
+            return False
+        self.stale.append(f"{where}: missing {what}: stale by replica lag: no replica held it by "
+                          f"{ts(max(ends))}, the last read that could have found it" +
+                          (f"; the replica {first.server} received it at {ts(first.received_ms)}" if first else ""))
+        return True
+
     def _lagged(self, where: str, text: str, read: ReadRecord, later: HeldVersion | None) -> bool:
         if later is None or later.received_ms <= read.read_ms:
             return False

@@ -10,10 +10,12 @@ One run, on a fresh embedded Apache Kafka broker, producer, broker and job on th
 2. **Catch-up** (`--stop-minutes`, 10): the job is stopped (Ctrl-C) with the traffic still running,
    started again from its checkpoint, and must be back within the lag bound within
    `--catch-up-minutes` (10), every micro-batch of every query within `--max-records`.
-3. **Final**: once the producer has ended and the job has read everything, the job is stopped, `produce
-   respond` answers what it still asks (from the truth file), `dirstream run --once` runs until
-   `dirstream verify` is clean (three runs at most), and with `--compare` a fresh checkpoint's `--once`
-   over the same Kafka content must give the same tables, row for row.
+3. **Final**: the producer ends and `produce respond` answers what the job still asks (from the truth
+   file); the job runs on until its topics have been quiet for `--quiet-s` (a replica that fell behind
+   the authority's purge horizon is reset by sync0, in replies of 500 changes, each asked for in turn),
+   at most `--settle-minutes`, and is stopped; then one `dirstream run --once` pass and `dirstream
+   verify`, and with `--compare` a fresh checkpoint's `--once` over the same Kafka content must give
+   the same tables, row for row.
 
 Sampled every `--sample-s` seconds (60) and printed as a table: CPU (share of one core over the
 interval) and resident memory of the broker, the producer and the job's driver, JVM and Python
@@ -27,7 +29,7 @@ and printed, exit 1 if one fails:
   end of the steady phase (the median of the three samples nearest each point);
 - the catch-up: within its limit, every micro-batch within `--max-records`, and the job's resident
   memory meanwhile at most `--memory-growth` above its peak in the steady phase's second half;
-- after the run, the `--once` passes and `verify` are clean (and equal to a fresh run with `--compare`).
+- after the run, the `--once` pass and `verify` are clean (and equal to a fresh run with `--compare`).
 
 Lag in seconds of traffic: the records in a query's topics it has not committed (Kafka's end offsets
 now minus those of its last micro-batch, from `pipeline_progress`) over the rate its topics grew at in
@@ -235,7 +237,7 @@ class Soak:
         self.broker = EmbeddedBroker(self.work / "broker", port=free_port())
         self.url = f"sqlite:///{self.work}/soak.db"
         self.truth = self.work / "truth.json"
-        self.job = self.producer = None
+        self.job = self.producer = self.responder = None
         self.samples: list[dict] = []
         self.events: list[tuple[float, str]] = []
         self.processes = ProcessMeter(self.roots)
@@ -273,7 +275,7 @@ class Soak:
         self.job = None
 
     def roots(self) -> dict[str, int | None]:
-        return {"broker": self.broker.status().pid, "producer": self.producer.pid if self.producer else None,
+        return {"broker": self.broker.status().pid, "producer": (self.producer or self.responder).pid if (self.producer or self.responder) else None,
                 "job": self.job.pid if self.job else None}
 
     def sample(self, phase: str) -> dict:
@@ -345,6 +347,7 @@ class Soak:
             self.processes.done.set()
             self.judge()
             self.save()
+            self.stop_responder()
             self.broker.stop()
         failed = [text for ok, text in self.verdicts if not ok]
         print(f"soak: {'PASS' if not failed else 'FAIL'} ({len(self.verdicts) - len(failed)} of "
@@ -410,47 +413,73 @@ class Soak:
         return all(now[q]["batches"] > before.get(q, {}).get("batches", 0) for q in QUERIES)
 
     def drain(self) -> None:
-        """The producer ends (its quiet tail of event time); the job reads everything; then it stops."""
+        """The producer ends (its quiet tail of event time) and `produce respond` takes over its
+        authorities; the job runs on until the conversation is over (everything read, nothing new in
+        its topics for --quiet-s: the replicas have nothing left to ask), then it stops."""
         out = self.producer.wait(600 + self.args.catch_up_minutes * 60)
         self.event(f"producer ended (exit {out}): {(self.work / 'producer.out').read_text().strip()}")
         self.producer = None
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            now = self.lag.read()
-            if len(now) == len(QUERIES) and all(v["unread"] == 0 for v in now.values()):
-                break
-            time.sleep(5)
+        self.responder = subprocess.Popen([DIRSTREAM, "produce", "respond", "--bootstrap", self.broker.bootstrap,
+                                           "--truth", str(self.truth)], stdout=subprocess.DEVNULL,
+                                          stderr=open(self.work / "respond.log", "w"))
+        ended, quiet = self.minute(), self.wait_quiet()
         self.record("drained")
-        self.event("job stopped (Ctrl-C) with everything read")
+        self.event(f"job stopped (Ctrl-C): everything read and {'quiet' if quiet else 'NOT quiet'} after "
+                   f"{self.minute() - ended:.1f} min of answers")
         self.stop_job()
         self.lag.close()
 
+    def wait_quiet(self) -> bool:
+        """Every query has read everything and its topics have not grown for --quiet-s seconds (a
+        replica's sync0 comes in replies of a few hundred changes, each asked for in turn: MC-MQDSRP
+        3.3.7.5). False after --settle-minutes."""
+        deadline, last, since = time.monotonic() + self.args.settle_minutes * 60, None, time.monotonic()
+        next_sample = time.monotonic() + self.args.sample_s
+        while time.monotonic() < deadline:
+            time.sleep(5)
+            if self.job.poll() is not None:
+                raise RuntimeError(f"the job stopped (exit {self.job.returncode}); see {self.work}/job-*.log")
+            now = self.lag.read()
+            state = {q: v["read"] for q, v in now.items()}
+            if len(now) < len(QUERIES) or any(v["unread"] != 0 for v in now.values()) or state != last:
+                last, since = state, time.monotonic()
+            elif time.monotonic() - since >= self.args.quiet_s:
+                return True
+            if time.monotonic() >= next_sample:
+                self.record("settling")
+                next_sample += self.args.sample_s
+        return False
+
     def final_passes(self) -> None:
-        """`produce respond` answers what the job still asks; `--once` until `verify` is clean."""
-        respond = subprocess.Popen([DIRSTREAM, "produce", "respond", "--bootstrap", self.broker.bootstrap,
-                                    "--truth", str(self.truth)], stdout=subprocess.DEVNULL,
-                                   stderr=open(self.work / "respond.log", "w"))
+        """A `--once` pass from the job's checkpoint, then `verify` (the responder still answering)."""
         try:
-            for passes in range(1, 4):
-                self.once(self.url, "ckpt")
-                done = self.verify(self.url)
-                if done.returncode == 0:
-                    break
-                time.sleep(10)                    # the responder answers this pass's requests
+            self.once(self.url, "ckpt")
+            done = self.verify(self.url)
             (self.work / "verify.txt").write_text(done.stdout)
-            self.verdicts.append((done.returncode == 0, f"after the run: {passes} --once pass(es), verify "
+            self.verdicts.append((done.returncode == 0, f"after the run: a --once pass, verify "
                                   f"{'clean' if done.returncode == 0 else 'NOT clean'}: {summary_of(done.stdout)}"))
-            time.sleep(10)
+            if self.args.compare:
+                time.sleep(10)                    # the responder answers what that pass asked ...
+                self.once(self.url, "ckpt")       # ... and the job reads it, so both runs read the same
         finally:
-            respond.send_signal(signal.SIGINT)
-            respond.wait(60)
+            self.stop_responder()
         if self.args.compare:
-            self.once(self.url, "ckpt")           # what the responder answered last, so both read the same
             fresh = f"sqlite:///{self.work}/fresh.db"
             self.once(fresh, "ckpt-fresh", "--outbound-topic", "none")
             diff = differences(dump(self.url), dump(fresh))
             self.verdicts.append((not diff, "the tables equal a fresh checkpoint's --once over the same Kafka "
                                             f"content: {'yes' if not diff else '; '.join(diff)}"))
+
+    def stop_responder(self) -> None:
+        if self.responder is None:
+            return
+        self.responder.send_signal(signal.SIGINT)
+        try:
+            self.responder.wait(60)
+        except subprocess.TimeoutExpired:
+            self.responder.kill()
+            self.responder.wait(60)
+        self.responder = None
 
     def once(self, url: str, checkpoint: str, *extra: str) -> None:
         done = subprocess.run([DIRSTREAM, "run", "--once", "--bootstrap", self.broker.bootstrap, "--sink", url,
@@ -482,7 +511,7 @@ class Soak:
             for kind in PROCESSES:
                 at_middle, at_end = median_near(steady, middle, kind), median_near(steady, end, kind)
                 growth = (at_end - at_middle) / at_middle if at_middle else 0.0
-                text = (f"{kind} resident memory, minute {middle:g} -> {end:.0f}: {at_middle:,.0f} -> "
+                text = (f"{kind} resident memory, minute {middle:g} -> {round(end, 1):g}: {at_middle:,.0f} -> "
                         f"{at_end:,.0f} MB ({growth:+.1%}; limit +{a.memory_growth:.0%})")
                 if kind in JUDGED:
                     self.verdicts.append((growth < a.memory_growth, text))
@@ -623,6 +652,10 @@ def parse_args(argv=None):
     p.add_argument("--sample-s", type=float, default=60, help="seconds between samples (default 60)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--op-interval-ms", default="100-500", help="the simulator's (default 100-500)")
+    p.add_argument("--quiet-s", type=float, default=60,
+                   help="after the traffic: the job is done when its topics have not grown for this long (default 60)")
+    p.add_argument("--settle-minutes", type=float, default=20,
+                   help="after the traffic: the longest the job runs on, answered, before it is stopped (default 20)")
     p.add_argument("--compare", action="store_true",
                    help="also run a fresh checkpoint's --once over the final Kafka content and compare every table")
     p.add_argument("--metrics-port", type=int, default=0, help="the job's Prometheus port (default 0: off)")
