@@ -224,11 +224,12 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
     from ..operators.notifications import V1_QM_UPDATE
     judge = ReadJudge(ReplicaHistory(history)) if history is not None else None
     first = [n for n in notifications if n["outcome"] != "duplicate"]          # a copy's outcome is its own
-    outcomes = {n["message_id"]: n["outcome"] for n in first}
-    processed = {n["message_id"]: epoch_ms(n["processed_at"]) for n in first}
-    about: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    outcomes, processed = {}, {}
+    about: dict[tuple[str, str], list[tuple[str, int]]] = {}      # (queue manager, object): (outcome, processed)
     for n in first:
-        about.setdefault((n["queue_manager"], n["object_guid"]), []).append((n["outcome"], epoch_ms(n["processed_at"])))
+        at = epoch_ms(n["processed_at"])
+        outcomes[n["message_id"]], processed[n["message_id"]] = n["outcome"], at
+        about.setdefault((n["queue_manager"], n["object_guid"]), []).append((n["outcome"], at))
     diffs = []
     by_id = {m["machine_id"]: m for m in managers}
     live: dict[str, dict[str, dict]] = {}

@@ -205,8 +205,7 @@ class ReadJudge:
                 ends.append(processed_ms + UNRESOLVED_WAIT_MS)
             else:
                 return False                              # applied or still waiting: not explained here
-        live = [v for v in self.history.versions.get(guid, ()) if not v.deleted]
-        first = min(live, key=lambda v: (v.received_ms, v.server)) if live else None
+        first = self.history.first_after(guid, -1, lambda v: not v.deleted)      # the first live version held
         if not ends or (first is not None and first.received_ms <= max(ends)):
             return False
         self.stale.append(f"{where}: missing {what}: stale by replica lag: no replica held it by "

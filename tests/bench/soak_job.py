@@ -307,8 +307,7 @@ class Soak:
         step_s = step_s or self.args.sample_s
         while self.minute() < until_minute - 1e-6:
             time.sleep(max(min(step_s, (until_minute - self.minute()) * 60), 0))
-            if self.job is not None and self.job.poll() is not None:
-                raise RuntimeError(f"the job stopped (exit {self.job.returncode}); see {self.work}/job-*.log")
+            self.check_job()
             self.record(phase)
 
     # --------------------------------------------------------------------------- phases
@@ -390,20 +389,13 @@ class Soak:
         restarted, self.job = self.minute(), self.start_job()
         self.catch_up = {"restarted_at": restarted, "behind": behind, "caught_up_after_min": None}
         deadline = restarted + a.catch_up_minutes
-        next_sample = time.monotonic() + a.sample_s
-        while self.minute() < deadline:
-            time.sleep(5)
-            if self.job.poll() is not None:
-                raise RuntimeError(f"the job stopped (exit {self.job.returncode}); see {self.work}/job-*.log")
-            now = self.lag.read()
-            if len(now) == len(QUERIES) and all(v["lag_s"] is not None and v["lag_s"] <= a.max_lag_s
-                                                 for v in now.values()) and self._read_since(restarted, now):
-                self.catch_up["caught_up_after_min"] = round(self.minute() - restarted, 2)
-                self.event(f"caught up: every query within {a.max_lag_s:g} s of traffic")
-                break
-            if time.monotonic() >= next_sample:
-                self.record("catch-up")
-                next_sample += a.sample_s
+
+        def caught_up(now: dict) -> bool:
+            return len(now) == len(QUERIES) and all(v["lag_s"] is not None and v["lag_s"] <= a.max_lag_s
+                                                    for v in now.values()) and self._read_since(restarted, now)
+        if self.watch(deadline, "catch-up", caught_up):
+            self.catch_up["caught_up_after_min"] = round(self.minute() - restarted, 2)
+            self.event(f"caught up: every query within {a.max_lag_s:g} s of traffic")
         self.record("catch-up")
         self.wait_sampling(deadline, "catch-up")
 
@@ -433,22 +425,33 @@ class Soak:
         """Every query has read everything and its topics have not grown for --quiet-s seconds (a
         replica's sync0 comes in replies of a few hundred changes, each asked for in turn: MC-MQDSRP
         3.3.7.5). False after --settle-minutes."""
-        deadline, last, since = time.monotonic() + self.args.settle_minutes * 60, None, time.monotonic()
+        seen = {"read": None, "since": time.monotonic()}         # the last records-read figures, and since when
+
+        def quiet(now: dict) -> bool:
+            read = {q: v["read"] for q, v in now.items()}
+            if len(now) < len(QUERIES) or any(v["unread"] != 0 for v in now.values()) or read != seen["read"]:
+                seen.update(read=read, since=time.monotonic())
+                return False
+            return time.monotonic() - seen["since"] >= self.args.quiet_s
+        return self.watch(self.minute() + self.args.settle_minutes, "settling", quiet)
+
+    def watch(self, until_minute: float, phase: str, done) -> bool:
+        """The lag every 5 s until the given minute of the run, and a sample every --sample-s: True
+        as soon as done(lag) holds, False at that minute; raises if the job has died."""
         next_sample = time.monotonic() + self.args.sample_s
-        while time.monotonic() < deadline:
+        while self.minute() < until_minute:
             time.sleep(5)
-            if self.job.poll() is not None:
-                raise RuntimeError(f"the job stopped (exit {self.job.returncode}); see {self.work}/job-*.log")
-            now = self.lag.read()
-            state = {q: v["read"] for q, v in now.items()}
-            if len(now) < len(QUERIES) or any(v["unread"] != 0 for v in now.values()) or state != last:
-                last, since = state, time.monotonic()
-            elif time.monotonic() - since >= self.args.quiet_s:
+            self.check_job()
+            if done(self.lag.read()):
                 return True
             if time.monotonic() >= next_sample:
-                self.record("settling")
+                self.record(phase)
                 next_sample += self.args.sample_s
         return False
+
+    def check_job(self) -> None:
+        if self.job is not None and self.job.poll() is not None:
+            raise RuntimeError(f"the job stopped (exit {self.job.returncode}); see {self.work}/job-*.log")
 
     def final_passes(self) -> None:
         """A `--once` pass from the job's checkpoint, then `verify` (the responder still answering)."""
