@@ -446,6 +446,26 @@ def test_a_queue_a_dropped_notification_announced_comes_in_when_a_replica_shows_
     assert {o.outcome for o in qm.outcomes} == {"superseded-by-refresh"}
 
 
+@pytest.mark.parametrize("first_read", ["refresh", "event 1"])
+def test_a_refresh_names_a_queue_again_the_instant_the_last_read_of_it_gives_up(first_read):
+    """The next window ends 15 minutes after a processing, the instant a read made there stops
+    waiting (UNRESOLVED_WAIT_MS): the new refresh's read of the queue still waits its own 15 minutes."""
+    qm = batched(refresh_threshold=2)
+    if first_read == "refresh":
+        qm.receive(v1([create(1)], T0, message_id="a"))
+        qm.receive(v1([update_queue(1, Q_QUOTA=2)], T0 + 1, message_id="b"))
+    else:
+        qm.receive(v2(1, guid(1), T0, message_id="a"))
+    qm.on_timer(T0 + MINUTE)
+    assert guid(1) in qm.s.unresolved and qm.s.last_processed_ms == T0 + MINUTE
+    qm.receive(v1([update_queue(1, Q_QUOTA=3)], T0 + 5 * MINUTE, message_id="c"))
+    qm.receive(v1([update_queue(1, Q_QUOTA=4)], T0 + 5 * MINUTE + 1, message_id="d"))
+    qm.on_timer(T0 + 16 * MINUTE)                              # the second window's refresh, at the tie
+    assert qm.batches[-1].refresh_all and qm.batches[-1].fired_ms == T0 + 16 * MINUTE
+    qm.directory_object(guid(1), queue_version(1, T0 + 20 * MINUTE, 9, Q_LABEL="late replica"))
+    assert attr(qm, 1, "Q_LABEL") == "late replica"
+
+
 def test_a_refresh_rereads_the_queue_managers_own_attributes():
     """Decision (digest B.7 open point c): the dropped notifications may have been Event 4."""
     qm = batched(refresh_threshold=2)

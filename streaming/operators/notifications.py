@@ -586,16 +586,21 @@ class QueueManager:
     def _await_announced_queues(self, pending: list[Notification], fired: int, batch: int) -> None:
         """[INFERENCE] The replicas trail the directory service that sent the notifications: a queue
         that a dropped notification names but no replica showed by the expiry is read as soon as one
-        does, as an unresolved Event 1 would be (without an outcome of its own)."""
+        does, as an unresolved Event 1 would be (without an outcome of its own). A read already waiting
+        covers it only if it waits beyond the expiry: the window ends 15 minutes after the last
+        processing, the very instant a read made there gives up (UNRESOLVED_WAIT_MS)."""
         for guid in sorted({g for n in pending if not (n.version == 1 and self._v1_rejection(n))
                             for g in _queues_named(n)}):
-            if self._read(guid, fired, "queue") is not None or guid in self.s.unresolved:
+            if self._read(guid, fired, "queue") is not None or self._waits_beyond(guid, fired):
                 continue
             later = self._first_after(guid, fired, "queue")
             if later is None:
-                self.s.unresolved[guid] = [(None, fired, "refresh", batch, fired)]
+                self.s.unresolved.setdefault(guid, []).append((None, fired, "refresh", batch, fired))
             elif not later.deleted:
                 self._apply_queue(guid, later, max(later.event_ms, fired), None)
+
+    def _waits_beyond(self, guid: str, at_ms: int) -> bool:
+        return any(read + UNRESOLVED_WAIT_MS > at_ms for *_, read in self.s.unresolved.get(guid, ()))
 
     # ------------------------------------------------------------ records
     def _action(self, n: Notification) -> str:
