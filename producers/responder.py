@@ -17,6 +17,7 @@ from streaming.wire.propids import PROPIDS, propid
 from streaming.wire.propvariant import (VT_BLOB, VT_CLSID, VT_CLSID_VECTOR, VT_LPWSTR, VT_LPWSTR_VECTOR,
                                         VT_UI4_VECTOR)
 from streaming.wire.guid import GUID_NULL
+from streaming.wire.topics import TOPICS
 from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex
 
 from .truth import properties_from_json
@@ -176,10 +177,19 @@ class Authorities:
 
 def latest_arrival_ms(settings, topic: str) -> int | None:
     """The latest arrival time on the topic (its partitions' last records): "now" in event time."""
+    return max((ms for ms, _record in last_records(settings, topic)), default=None)
+
+
+def latest_arrival_on(settings, topics) -> int | None:
+    return max((ms for topic in topics if (ms := latest_arrival_ms(settings, topic)) is not None), default=None)
+
+
+def last_records(settings, topic: str) -> list[tuple[int, object]]:
+    """(arrival ms, Kafka message) of each partition's last record whose envelope decodes."""
     from confluent_kafka import Consumer, TopicPartition
     consumer = Consumer(settings.confluent(**{"group.id": "dirstream-responder-clock", "enable.auto.commit": False,
                                               "fetch.wait.max.ms": 10}))
-    latest = None
+    found = []
     try:
         for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
@@ -189,13 +199,12 @@ def latest_arrival_ms(settings, topic: str) -> int | None:
             msg = consumer.poll(5)
             if msg is not None and msg.error() is None:
                 try:
-                    ms = millis(decode_envelope(msg.value())["arrival_time"])
+                    found.append((millis(decode_envelope(msg.value())["arrival_time"]), msg))
                 except ValueError:
                     continue
-                latest = ms if latest is None else max(latest, ms)
     finally:
         consumer.close()
-    return latest
+    return found
 
 
 def arrives_at(envelope: dict, now_ms: int | None) -> None:
@@ -288,8 +297,14 @@ class OutboundRequests:
 
 
 def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: str, client: str = "confluent",
-                  idle_exit: float | None = None, from_beginning: bool = True, stop=lambda: False) -> dict:
-    """Answer every message on the outbound topic until stopped (or idle for idle_exit seconds)."""
+                  idle_exit: float | None = None, from_beginning: bool = True, stop=lambda: False,
+                  clock_topics: tuple[str, ...] = tuple(TOPICS.values())) -> dict:
+    """Answer every message on the outbound topic until stopped (or idle for idle_exit seconds).
+
+    An answer is published after everything already on the raw topics, so it arrives after the
+    latest arrival on any of them (raw_topic and clock_topics), not only on the MQDSRP topic: the
+    notification query's clock is the MQCN and MQSD traffic, and a directory version dated before
+    it would come too late for the reads it has already given up (README, Determinism)."""
     from .kafka import publisher
     from .publish import publish_envelope
 
@@ -299,7 +314,7 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
     last_activity = None                  # the idle clock starts once the group has assigned partitions
     try:
         while not stop():
-            read, answers = requests.answers(0.2, lambda: latest_arrival_ms(settings, raw_topic))
+            read, answers = requests.answers(0.2, lambda: latest_arrival_on(settings, {raw_topic, *clock_topics}))
             for ans in answers:
                 publish_envelope(pub, "mqdsrp", ans.key, ans.envelope, {"mqdsrp": raw_topic})
             if read or (requests.assigned and last_activity is None):

@@ -37,7 +37,11 @@ SEQ_HEADER_MS = 20 * 60_000                            # SeqNumberHeader interva
 BSC_ACK_FIRST_MS, BSC_ACK_MS = 5_000, 12 * 3_600_000   # BSC Ack Timer, notes <7>, <8>
 PURGE_BUFFER = 1024                                    # 3.1.7.2.9
 ACK_EVERY = 256                                        # 3.1.7.2.3: 8th byte of LastSeqNumber == 0x00
-QUIET_TAIL_MS = 16 * 60_000                            # past the 15-minute MQCN batching window
+# The quiet tail after the last operation: past the 15-minute MQCN batching window and the 20-minute
+# SeqNumberHeader period (note <12>), so every server sends each neighbour one header after its last
+# change and a replica that dropped changes from a full pending collection (MC-MQDSRP 3.1.7.2.2)
+# learns of them and asks (a live enterprise's next header would).
+QUIET_TAIL_MS = 21 * 60_000
 NACK_CLASSES = ("NackBadSignature", "NackReachQueueTimeout", "NackBadDestQueue")
 
 

@@ -34,6 +34,7 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     assert "broker stopped" in events and "broker started again on its log directories" in events
     assert any(e.startswith("job started again") for e in events)
     assert any(e.startswith("job stopped (Ctrl-C): everything read and quiet") for e in events)
+    assert any(e.startswith("event time moved on: 4 copies of the last notification") for e in events)
     behind = sum(n or 0 for n in result["catch_up"]["behind"].values())
     assert behind > 2_000 and result["catch_up"]["caught_up_after_min"] is not None
     # the job read every record the producer published (and the replies `produce respond` sent after it

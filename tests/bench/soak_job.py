@@ -13,8 +13,9 @@ One run, on a fresh embedded Apache Kafka broker, producer, broker and job on th
 3. **Final**: the producer ends and `produce respond` answers what the job still asks (from the truth
    file); the job runs on until its topics have been quiet for `--quiet-s` (a replica that fell behind
    the authority's purge horizon is reset by sync0, in replies of 500 changes, each asked for in turn),
-   at most `--settle-minutes`, and is stopped; then one `dirstream run --once` pass and `dirstream
-   verify`, and with `--compare` a fresh checkpoint's `--once` over the same Kafka content must give
+   at most `--settle-minutes`, and is stopped; copies of the last notification move event time on
+   past every MQCN wait (producers/clock.py: duplicates, discarded); then one `dirstream run --once`
+   pass and `dirstream verify`, and with `--compare` a fresh checkpoint's `--once` over the same Kafka content must give
    the same tables, row for row.
 
 Sampled every `--sample-s` seconds (60) and printed as a table: CPU (share of one core over the
@@ -59,6 +60,7 @@ sys.path.insert(0, str(ROOT / "tests" / "bench"))
 from bench_whole_job import proportional_memory  # noqa: E402
 from infra.broker import EmbeddedBroker, free_port  # noqa: E402
 from job_runs import FAULTS, differences, dump  # noqa: E402
+from producers.clock import move_event_time  # noqa: E402
 from producers.kafka import KafkaSettings, ensure_topics  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
 
@@ -336,6 +338,7 @@ class Soak:
                 self.steady()
                 self.catch_up_after_stop()
                 self.drain()
+                self.move_clock()
             finally:
                 self.kill_leftovers()
             self.final_passes()
@@ -420,6 +423,13 @@ class Soak:
                    f"{self.minute() - ended:.1f} min of answers")
         self.stop_job()
         self.lag.close()
+
+    def move_clock(self) -> None:
+        """The traffic has ended: copies of its last notification, dated past the longest MQCN wait,
+        move the job's event time on as a live enterprise's traffic would (producers/clock.py)."""
+        times = move_event_time(KafkaSettings(self.broker.bootstrap))
+        self.event(f"event time moved on: {len(times)} copies of the last notification, up to "
+                   f"{(times[-1] - times[0]) / 60_000 + 1:.0f} min after the traffic")
 
     def wait_quiet(self) -> bool:
         """Every query has read everything and its topics have not grown for --quiet-s seconds (a
