@@ -17,7 +17,7 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     done = subprocess.run(
         [sys.executable, str(SOAK), "--minutes", "1.5", "--rate", "150", "--broker-restart-at", "0.75",
          "--stop-minutes", "0.5", "--catch-up-minutes", "1", "--max-records", "5000", "--sample-s", "10",
-         "--warmup-minutes", "0.5", "--memory-growth", "0.5", "--quiet-s", "20", "--settle-minutes", "4", "--compare", "--out", str(out)],
+         "--warmup-minutes", "0.5", "--memory-growth", "2.0", "--catch-up-memory", "2.0", "--quiet-s", "20", "--settle-minutes", "4", "--compare", "--out", str(out)],
         capture_output=True, text=True, timeout=900)
     result = json.loads((out / "soak.json").read_text())
     verdicts = {v["text"].split(":")[0]: v for v in result["verdicts"]}

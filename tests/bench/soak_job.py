@@ -29,7 +29,8 @@ and printed, exit 1 if one fails:
 - each process's resident memory grows by less than `--memory-growth` (10 %) from the middle to the
   end of the steady phase (the median of the three samples nearest each point);
 - the catch-up: within its limit, every micro-batch within `--max-records`, and the job's resident
-  memory meanwhile at most `--memory-growth` above its peak in the steady phase's second half;
+  memory meanwhile at most `--catch-up-memory` (default `--memory-growth`) above its peak in the
+  steady phase's second half;
 - after the run, the `--once` pass and `verify` are clean (and equal to a fresh run with `--compare`).
 
 Lag in seconds of traffic: the records in a query's topics it has not committed (Kafka's end offsets
@@ -547,11 +548,11 @@ class Soak:
         second_half = [s for s in steady if s["minute"] >= a.minutes / 2] or steady
         catching = [s for s in self.samples if s["phase"] == "catch-up"]
         for kind in ("driver", "jvm", "python workers"):
-            bound = max(s["peak"][kind] for s in second_half) * (1 + a.memory_growth)
+            bound = max(s["peak"][kind] for s in second_half) * (1 + a.catch_up_memory)
             peak = max((s["peak"][kind] for s in catching), default=0)
             self.verdicts.append((peak <= bound, f"{kind} resident memory while catching up: peak {peak:,.0f} MB "
                                                  f"(bound {bound:,.0f}: the steady second half's peak "
-                                                 f"+{a.memory_growth:.0%})"))
+                                                 f"+{a.catch_up_memory:.0%})"))
 
     def largest_batches(self) -> dict[str, int]:
         from streaming.apps.sink_reader import SinkReader
@@ -662,6 +663,8 @@ def parse_args(argv=None):
     p.add_argument("--max-lag-s", type=float, default=30, help="lag bound in seconds of traffic (default 30)")
     p.add_argument("--warmup-minutes", type=float, default=5, help="lag is not judged before (default 5)")
     p.add_argument("--memory-growth", type=float, default=0.10, help="resident memory growth allowed (default 0.10)")
+    p.add_argument("--catch-up-memory", type=float, help="memory while catching up allowed above the steady second "
+                                                            "half's peak (default: --memory-growth)")
     p.add_argument("--sample-s", type=float, default=60, help="seconds between samples (default 60)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--op-interval-ms", default="100-500", help="the simulator's (default 100-500)")
@@ -674,7 +677,10 @@ def parse_args(argv=None):
     p.add_argument("--metrics-port", type=int, default=0, help="the job's Prometheus port (default 0: off)")
     p.add_argument("--out", default="var/soak", help="where soak.json, soak.png and the run's files go")
     p.add_argument("--keep", action="store_true", help="keep the run's broker, sink and logs (OUT/work)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.catch_up_memory is None:
+        args.catch_up_memory = args.memory_growth
+    return args
 
 
 if __name__ == "__main__":
