@@ -207,14 +207,23 @@ def last_records(settings, topic: str) -> list[tuple[int, object]]:
     return found
 
 
-def arrives_at(envelope: dict, now_ms: int | None) -> None:
+def arrives_at(envelope: dict, now_ms: int | None) -> int:
     """An answer arrives after everything already on the raw topic when it is published (a reply
     cannot arrive before its request was answered): the replication query, whose clock has moved on
-    since it sent the request, takes it in event-time order instead of dropping it as late."""
-    if now_ms is None:
-        return
-    if millis(envelope["arrival_time"]) <= now_ms:
+    since it sent the request, takes it in event-time order instead of dropping it as late. Returns
+    its arrival time (ms)."""
+    if now_ms is not None and millis(envelope["arrival_time"]) <= now_ms:
         envelope["arrival_time"] = now_ms + 1
+    return millis(envelope["arrival_time"])
+
+
+def date_answers(answers: list, now_ms: int | None) -> None:
+    """Each answer after the one before it, not at the same instant: two replies touching one object
+    with one SeqNumber at one instant are one version if a micro-batch takes both and two if a
+    boundary falls between them (the replica folds only within a step), so the tables would depend
+    on the micro-batching."""
+    for ans in answers:
+        now_ms = arrives_at(ans.envelope, now_ms)
 
 
 class LivePartitions:
@@ -287,8 +296,9 @@ class OutboundRequests:
             answers = self.authorities.answer(envelope)
             if answers and now is None:
                 now = now_ms()
-            for ans in answers:
-                arrives_at(ans.envelope, now)
+            date_answers(answers, now)
+            if answers and now is not None:
+                now = millis(answers[-1].envelope["arrival_time"])
             out.extend(answers)
         return len(batch), out
 
@@ -334,20 +344,23 @@ def answering_between(items, requests: OutboundRequests, every_s: float = 0.2):
     """The (protocol, key, envelope) items of a producer with the authorities' answers to the job's
     requests between them, looked for every every_s seconds. An answer arrives after every MQDSRP
     message already published (the latest arrival among them is "now"), and an MQDSRP message
-    published after an answer arrives no earlier than it (overtaken in transport, it arrives later):
+    published after an answer arrives later than it (overtaken in transport, it arrives later):
     each partition of the raw topic stays in arrival order, which the replication operator's
     determinism relies on (README, Determinism)."""
-    latest_ms, next_look = None, time.monotonic() + every_s
+    latest_ms, answered_ms, next_look = None, None, time.monotonic() + every_s
     for protocol, key, envelope in items:
         if protocol == "mqdsrp":
             arrival = millis(envelope["arrival_time"])
             if latest_ms is not None and arrival < latest_ms:
-                envelope["arrival_time"] = arrival = latest_ms
+                arrival = latest_ms
+            if answered_ms is not None and arrival <= answered_ms:
+                arrival = answered_ms + 1             # never at an answer's instant (date_answers)
+            envelope["arrival_time"] = arrival
             latest_ms = arrival if latest_ms is None else max(latest_ms, arrival)
         yield protocol, key, envelope
         if time.monotonic() >= next_look:
             next_look = time.monotonic() + every_s
             _read, answers = requests.answers(0, lambda: latest_ms)
             for ans in answers:
-                latest_ms = max(latest_ms or 0, millis(ans.envelope["arrival_time"]))
+                latest_ms = answered_ms = max(latest_ms or 0, millis(ans.envelope["arrival_time"]))
                 yield "mqdsrp", ans.key, ans.envelope
