@@ -177,19 +177,10 @@ class Authorities:
 
 def latest_arrival_ms(settings, topic: str) -> int | None:
     """The latest arrival time on the topic (its partitions' last records): "now" in event time."""
-    return max((ms for ms, _record in last_records(settings, topic)), default=None)
-
-
-def latest_arrival_on(settings, topics) -> int | None:
-    return max((ms for topic in topics if (ms := latest_arrival_ms(settings, topic)) is not None), default=None)
-
-
-def last_records(settings, topic: str) -> list[tuple[int, object]]:
-    """(arrival ms, Kafka message) of each partition's last record whose envelope decodes."""
     from confluent_kafka import Consumer, TopicPartition
     consumer = Consumer(settings.confluent(**{"group.id": "dirstream-responder-clock", "enable.auto.commit": False,
                                               "fetch.wait.max.ms": 10}))
-    found = []
+    latest = None
     try:
         for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
@@ -199,12 +190,18 @@ def last_records(settings, topic: str) -> list[tuple[int, object]]:
             msg = consumer.poll(5)
             if msg is not None and msg.error() is None:
                 try:
-                    found.append((millis(decode_envelope(msg.value())["arrival_time"]), msg))
+                    ms = millis(decode_envelope(msg.value())["arrival_time"])
                 except ValueError:
                     continue
+                latest = ms if latest is None else max(latest, ms)
     finally:
         consumer.close()
-    return found
+    return latest
+
+
+def latest_arrival_on(settings, topics) -> int | None:
+    """The latest arrival time on any of the topics."""
+    return max((ms for topic in topics if (ms := latest_arrival_ms(settings, topic)) is not None), default=None)
 
 
 def arrives_at(envelope: dict, now_ms: int | None) -> int:
