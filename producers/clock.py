@@ -10,6 +10,7 @@ everything in the raw topics. Each copy is a duplicate, which the queue manager 
 3.1.5.8.1: a message id in its MessageIDHistoryTable, kept 30 minutes after it was last seen), so it
 changes nothing but the time.
 """
+from streaming.operators.notifications import MESSAGE_ID_HISTORY_MS, MINUTE, UNRESOLVED_WAIT_MS, Settings
 from streaming.wire import WireError, decode
 from streaming.wire.envelope import decode_envelope, millis
 
@@ -17,10 +18,9 @@ from .kafka import ConfluentPublisher, TOPICS
 from .publish import publish_envelope
 from .responder import latest_arrival_on
 
-MINUTE = 60_000
-HISTORY_MS = 30 * MINUTE        # [MS-MQQB] 3.1.2.8, note <47>: a message id is remembered this long
 STEP_MS = 10 * MINUTE           # each copy well within the history of the one before it
-PAST_MS = 31 * MINUTE           # past the longest wait: a 15-minute window, then a read's 15 minutes
+# past the longest wait: a batching window, then a read's wait for a replica, and a minute more
+PAST_MS = Settings().window_ms + UNRESOLVED_WAIT_MS + MINUTE
 
 
 def move_event_time(settings, past_ms: int = PAST_MS, scan: int = 200) -> list[int]:
@@ -32,7 +32,7 @@ def move_event_time(settings, past_ms: int = PAST_MS, scan: int = 200) -> list[i
     if latest is None or chosen is None:
         raise ValueError(f"no change notification in the last {scan} records of {TOPICS['mqcn']}'s partitions")
     arrival_ms, key, envelope = chosen
-    if latest + MINUTE - arrival_ms >= HISTORY_MS:
+    if latest + MINUTE - arrival_ms >= MESSAGE_ID_HISTORY_MS:
         raise ValueError(f"the latest notification arrived {(latest - arrival_ms) / MINUTE:.1f} min before the end "
                          f"of the traffic: a copy would no longer be a duplicate ([MS-MQQB] 3.1.5.8.1)")
     times = list(range(latest + MINUTE, latest + past_ms, STEP_MS)) + [latest + past_ms]
