@@ -210,7 +210,11 @@ class EmbeddedBroker:
             self._security_file.write_text(self.security + "\n")
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
-                [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                # The heap is fixed (-Xms = -Xmx) and touched whole at start (AlwaysPreTouch): otherwise
+                # its pages become resident one G1 region at a time over the first hour, which reads as
+                # growth of the broker's memory (the soak, issue 31).
+                [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+AlwaysPreTouch", "-XX:+UseG1GC",
+                 "-Djava.awt.headless=true",
                  f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
                  "-cp", classpath, "kafka.Kafka", str(config)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
