@@ -256,17 +256,19 @@ def test_a_value_the_replica_read_had_lost_is_explained_and_one_it_should_have_h
 MINUTES = 60_000
 
 
-def _missing(received_min: float | None, last_processed_min: float, notified: list[tuple[str, float]],
+def _missing(received_min: float | None, last_processed_min: float, notified: list[tuple],
              waiting: int = 0):
     """q1 missing from m1: the replicas first received it at received_min (None: never), the queue
-    manager last processed at last_processed_min, the notifications about q1 (outcome, minute)."""
+    manager last processed at last_processed_min, the notifications about q1 (outcome, minute[,
+    action]; create queue unless given)."""
     from streaming.operators.replication_rows import ts
     history = [] if received_min is None else [
         _version("dc1", int(received_min * MINUTES), 5, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 2},
                  "created")]
     manager = dict(MANAGER, last_processed_at=ts(T0 + int(last_processed_min * MINUTES)), notifications_waiting=waiting)
-    rows = [{"queue_manager": "m1", "message_id": f"n{i}", "object_guid": "q1", "outcome": outcome, "action": "create queue",
-             "processed_at": ts(T0 + int(minute * MINUTES))} for i, (outcome, minute) in enumerate(notified)]
+    rows = [{"queue_manager": "m1", "message_id": f"n{i}", "object_guid": "q1", "outcome": outcome,
+             "action": action[0] if action else "create queue", "processed_at": ts(T0 + int(minute * MINUTES))}
+            for i, (outcome, minute, *action) in enumerate(notified)]
     return compare_notifications(_truth(), [manager], [], rows, history)
 
 
@@ -292,6 +294,22 @@ def test_a_queue_no_replica_held_by_the_last_read_that_could_find_it_is_missing_
     assert _missing(120, 60, [("superseded-by-refresh", 0)], waiting=0)[0] == []
     strict = compare_notifications(_truth(), [dict(MANAGER)], [], [], None)[0]
     assert strict == missing                                                          # --strict-authority
+
+
+def test_a_change_ignored_for_a_queue_the_queue_manager_lacks_is_not_a_read_that_could_add_it():
+    """The second hour's soak: a refresh's read of q1 gave up at minute 75 (no replica held it, sync0
+    resets); a change of q1 waited, and its read found the queue the instant the final sync0 reply
+    brought it (minute 120). A change updates a queue of the QueueCollection and never adds one
+    (MS-MQCN 3.2.5.2 Event 2, 3.2.5.1 update), so q1's absence is still replica lag; a create read
+    then, or a replica holding q1 before the refresh's read gave up, is a difference."""
+    refresh = ("superseded-by-refresh", 60)
+    for action in ("change queue", "update queue"):
+        diffs, summary, explained = _missing(120, 61, [refresh, ("ignored", 120, action)])
+        assert diffs == [] and "1 stale by replica lag" in summary, (action, diffs)
+    missing = ["qm1 (v2): missing queue q1 (qm1\\q)"]
+    assert _missing(120, 61, [refresh, ("ignored", 120, "create queue")])[0] == missing
+    assert _missing(70, 61, [refresh, ("ignored", 120, "change queue")])[0] == missing
+    assert _missing(120, 61, [refresh, ("applied", 90, "change queue")])[0] == missing   # it held q1, then lost it
 
 
 def test_the_explanations_cannot_hide_a_queue_a_replica_held_in_time():

@@ -225,11 +225,11 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
     judge = ReadJudge(ReplicaHistory(history)) if history is not None else None
     first = [n for n in notifications if n["outcome"] != "duplicate"]          # a copy's outcome is its own
     outcomes, processed = {}, {}
-    about: dict[tuple[str, str], list[tuple[str, int]]] = {}      # (queue manager, object): (outcome, processed)
+    about: dict[tuple[str, str], list[tuple[str, str, int]]] = {}   # (queue manager, object): (action, outcome, processed)
     for n in first:
         at = epoch_ms(n["processed_at"])
         outcomes[n["message_id"]], processed[n["message_id"]] = n["outcome"], at
-        about.setdefault((n["queue_manager"], n["object_guid"]), []).append((n["outcome"], at))
+        about.setdefault((n["queue_manager"], n["object_guid"]), []).append((n["action"], n["outcome"], at))
     diffs = []
     by_id = {m["machine_id"]: m for m in managers}
     live: dict[str, dict[str, dict]] = {}

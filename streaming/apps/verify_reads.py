@@ -186,21 +186,26 @@ class ReadJudge:
         later = self.history.first_after(read.guid, held.seq - 1, lambda v: v.deleted)
         return self._lagged(where, f"{what} is live, the authority deleted it", read, later)
 
-    def missing(self, where: str, what: str, guid: str, last_read_ms: int | None, reads: list[tuple[str, int]]) -> bool:
+    def missing(self, where: str, what: str, guid: str, last_read_ms: int | None,
+                reads: list[tuple[str, str, int]]) -> bool:
         """A queue the authority holds but the queue manager does not: True if no read could have
         found it. Every read is as of a processing time, the refresh's included (note <3>), so the
         last is at the queue manager's last processing; a read of a notification that named the
-        queue and found no replica holding it waits UNRESOLVED_WAIT_MS more (`reads`: the outcome
-        and processing time of each notification about the queue). The soak (issue 31): replicas
-        that fall behind the purge horizon are reset by sync0 (MC-MQDSRP 3.3.7.5) and hold a new
-        queue only when it ends."""
+        queue and found no replica holding it waits UNRESOLVED_WAIT_MS more (`reads`: the action,
+        outcome and processing time of each notification about the queue). The soak (issue 31):
+        replicas that fall behind the purge horizon are reset by sync0 (MC-MQDSRP 3.3.7.5) and hold
+        a new queue only when it ends."""
         from ..operators.notifications import UNRESOLVED_WAIT_MS
         ends = [last_read_ms] if last_read_ms is not None else []
-        for outcome, processed_ms in reads:
+        for action, outcome, processed_ms in reads:
             if outcome in ("discarded", "duplicate"):
                 continue
             if outcome == "ignored":                      # processed when its wait ran out, or at once
-                ends.append(processed_ms)
+                if action.startswith("create"):
+                    ends.append(processed_ms)
+                # else a change (3.2.5.2 Event 2; a v1 update, 3.2.5.1) updates a queue of the
+                # QueueCollection and never adds one: ignored, its read could not have found it
+                # (the second hour's soak: 9 queues a change's read found as the sync0 replies came)
             elif outcome == "superseded-by-refresh":      # the refresh's own read of it waits
                 ends.append(processed_ms + UNRESOLVED_WAIT_MS)
             else:
