@@ -47,6 +47,7 @@ def dist(tmp_path_factory) -> Path:
     done = subprocess.run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(ROOT)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "Package would be ignored" not in done.stdout + done.stderr      # every package listed
     return out
 
 
@@ -62,6 +63,8 @@ def test_the_wheel_and_the_sdist_carry_the_schemas_and_the_license(dist):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.rsplit("/", 1)[-1] for n in names if n.startswith("streaming/schemas/")} == SCHEMAS
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert {n.rsplit("/", 1)[-1] for n in names if n.startswith("infra/prometheus/")} >= {
+        "prometheus.yml", "dirstream-alerts.yml", "dirstream-alerts.test.yml"}
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: Apache-2.0" in metadata and "Requires-Python: >=3.11" in metadata
     (sdist,) = dist.glob("*.tar.gz")

@@ -1,0 +1,1 @@
+"""Prometheus configuration and alert rules for the job (data files, shipped in the wheel)."""
