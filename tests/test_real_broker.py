@@ -226,7 +226,6 @@ def test_the_replication_writer_fails_the_batch_when_kafka_does_not_take_its_rec
         writer._publish(target, [(b"1", b"qm"), (b"2", b"qm"), (b"3", b"qm")])
 
 
-
 def _resident_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as fh:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))

@@ -297,7 +297,7 @@ def test_a_queue_no_replica_held_by_the_last_read_that_could_find_it_is_missing_
 
 
 def test_a_change_ignored_for_a_queue_the_queue_manager_lacks_is_not_a_read_that_could_add_it():
-    """The second hour's soak: a refresh's read of q1 gave up at minute 75 (no replica held it, sync0
+    """The third hour's soak: a refresh's read of q1 gave up at minute 75 (no replica held it, sync0
     resets); a change of q1 waited, and its read found the queue the instant the final sync0 reply
     brought it (minute 120). A change updates a queue of the QueueCollection and never adds one
     (MS-MQCN 3.2.5.2 Event 2, 3.2.5.1 update), so q1's absence is still replica lag; a create read

@@ -205,7 +205,7 @@ class ReadJudge:
                     ends.append(processed_ms)
                 # else a change (3.2.5.2 Event 2; a v1 update, 3.2.5.1) updates a queue of the
                 # QueueCollection and never adds one: ignored, its read could not have found it
-                # (the second hour's soak: 9 queues a change's read found as the sync0 replies came)
+                # (the third hour's soak: 9 queues a change's read found as the sync0 replies came)
             elif outcome == "superseded-by-refresh":      # the refresh's own read of it waits
                 ends.append(processed_ms + UNRESOLVED_WAIT_MS)
             else:
