@@ -192,3 +192,23 @@ def test_delivered_views_built_as_delivered_equal_the_views_sorted_afterwards():
                      and m.kind != "v1:unauthenticated" and not m.kind.startswith("corrupt:")]
         assert len(delivered) > 1_000 and (seed % 4 == 0 or sim.duplicates)
         assert sim.truth()["queue_managers"] and sim.mqcn_delivered.views == _delivered_as_sorted_afterwards(delivered)
+
+
+def test_the_quiet_tail_headers_survive_the_drop_fault():
+    """Each neighbour gets one SeqNumberHeader after the last change (QUIET_TAIL_MS), even when every
+    other propagation is dropped: a replica that lost the last changes (in transit, or from a full
+    pending collection, MC-MQDSRP 3.1.7.2.2) learns of them and asks, so the truth's final
+    LastSeqNumber is reachable. Found by the short soak: psc2's tail header to pec0 was dropped, and
+    pec0 ended 9 changes behind with nothing left to tell it."""
+    sim = Simulator(seed=7, faults=Faults(drop=1.0), op_interval_ms=(100, 500))
+    told = {}                                  # (receiver, partition) -> the last SeqNumber a header named
+    for m in sim.messages(3000):
+        if m.kind == "ChangePropagation":
+            header = decode("mqdsrp", m.envelope["body"]).change_propagation.seq_number_header
+            for e in header.partition_seq_numbers:
+                told[(m.key, e.partition_id)] = max(told.get((m.key, e.partition_id), 0), e.last_seq_number)
+    truth = sim.truth()
+    for server, info in truth["servers"].items():
+        for partition in info["replicates"]:
+            expected = seq_from_hex(truth["partitions"][partition]["last_seq_number"])
+            assert told.get((server, partition)) == expected, (server, partition)
