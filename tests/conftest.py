@@ -98,6 +98,12 @@ def consume_all(bootstrap: str, topic: str, expect: int | None = None, idle: flo
     return records
 
 
+def resident_kb(pid: int) -> int:
+    """A process's resident set size (VmRSS), kB."""
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+
+
 def dirstream(*args, timeout: float = 300, **kwargs):
     import shutil
     import subprocess

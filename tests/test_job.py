@@ -5,7 +5,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import simulate
+from conftest import resident_kb, simulate
 
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics
 from streaming.wire.envelope import encode_envelope, make_envelope
@@ -395,11 +395,6 @@ def test_the_progress_listener_reads_the_json_progress_as_pyspark_reads_the_java
     assert any(seen["json"][b]["state_rows"] for b in common) and any(seen["json"][b]["input_rows"] for b in common)
 
 
-def _resident_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
-
-
 def test_the_driver_jvms_heap_is_fixed_at_the_driver_memory_and_resident_from_its_start(spark):
     """Issue 31: an elastic heap made the JVM's memory follow the load (2.1 -> 3.1 GB while catching
     up); fixed at spark.driver.memory (2g in the tests' session) and touched whole at start, it is
@@ -410,7 +405,7 @@ def test_the_driver_jvms_heap_is_fixed_at_the_driver_memory_and_resident_from_it
     assert runtime.maxMemory() == heap
     assert runtime.totalMemory() == heap, "the heap is not committed whole"
     pid = jvm.java.lang.ProcessHandle.current().pid()
-    resident = _resident_kb(pid)
+    resident = resident_kb(pid)
     assert resident >= heap // 1024, f"the driver JVM holds {resident} kB, less than its {heap // 1024} kB heap"
 
 

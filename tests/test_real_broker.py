@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from conftest import dirstream, simulate
+from conftest import dirstream, resident_kb, simulate
 from producers.kafka import KafkaSettings, ensure_topics
 from samples import mqcn_messages
 from streaming.wire.envelope import encode_envelope, make_envelope
@@ -226,16 +226,11 @@ def test_the_replication_writer_fails_the_batch_when_kafka_does_not_take_its_rec
         writer._publish(target, [(b"1", b"qm"), (b"2", b"qm"), (b"3", b"qm")])
 
 
-def _resident_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
-
-
 def test_the_brokers_heap_is_resident_from_its_start(kafka_broker):
     """A heap touched as it is used grows the broker's memory for an hour (the soak: 848 -> 942 MB
     from minute 30 to 60); touched whole at start, the broker holds all of it from the first minute
     (without it, about 520 MB at minute 1)."""
     heap_kb = 768 * 1024
     assert kafka_broker.heap == "768m"
-    resident = _resident_kb(kafka_broker.status().pid)
+    resident = resident_kb(kafka_broker.status().pid)
     assert resident >= heap_kb, f"the broker holds {resident} kB, less than its {heap_kb} kB heap"
