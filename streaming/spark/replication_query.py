@@ -16,7 +16,7 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from .stateful import (OUTPUT_DDL, TableWriter, apply_guarded, dead_letter, packed, raise_if_poison, replace_timers,
+from .stateful import (OUTPUT_DDL, GuardedSteps, TableWriter, dead_letter, packed, raise_if_poison, replace_timers,
                        timer_dead_letter)
 from ..operators.notification_rows import FirstArrivals
 from ..operators.replica_store import ObjectStore
@@ -28,6 +28,9 @@ WATERMARK_DELAY = "10 seconds"
 OUTBOUND_CONFIRM_S = 240
 STAGE = "operator:replication"
 VERSIONS = "object_versions"                # the pseudo-table of directory versions (published, not a sink table)
+# A replica's rows are handed on every this many messages (stateful.GuardedSteps): about 50 rows a
+# message, so a step's rows stay a few MB in the Python worker whatever the micro-batch's size.
+STEP_MESSAGES = 200
 
 
 class MapStateBackend:
@@ -57,9 +60,10 @@ class MapStateBackend:
 
 
 class ReplicationProcessor(StatefulProcessor):
-    def __init__(self, pec_name: str | None = None, id_scope: str = ""):
+    def __init__(self, pec_name: str | None = None, id_scope: str = "", step_messages: int = STEP_MESSAGES):
         self.pec_name = pec_name
         self.id_scope = id_scope            # the checkpoint's query id: outbound message ids per job
+        self.step_messages = step_messages  # a key's output is handed on every this many messages
 
     def init(self, handle) -> None:
         self.handle = handle
@@ -75,8 +79,12 @@ class ReplicationProcessor(StatefulProcessor):
     def handleInputRows(self, key, rows, timerValues):
         self.fired_ms = None
         frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
-        r, poisoned = apply_guarded(lambda: self._replica(key[0]), list(frame.itertuples(index=False)), _receive)
-        yield from self._finish(r, [dead_letter(STAGE, "mqdsrp", row, exc) for row, exc in poisoned])
+        steps = GuardedSteps(lambda: self._replica(key[0]), list(frame.itertuples(index=False)), _receive,
+                             self._step_rows, self.step_messages, _same_instant)
+        for rows_of_step in steps:
+            yield from self._output(rows_of_step)
+        dead = [dead_letter(STAGE, "mqdsrp", row, exc) for row, exc in steps.poisoned]
+        yield from self._finish(steps.machine, dead)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         self.fired_ms = expiredTimerInfo.getExpiryTimeInMs()          # Spark removes it itself
@@ -90,15 +98,21 @@ class ReplicationProcessor(StatefulProcessor):
             return
         yield from self._finish(r)
 
-    def _finish(self, r: Replica, dead: list | None = None):
-        r.store.flush()
-        rows = step_rows(r, r.s.now_ms, self.id_scope) + (dead or [])
+    def _step_rows(self, r: Replica) -> list:
+        return step_rows(r, r.s.now_ms, self.id_scope)
+
+    def _output(self, rows: list):
         versions = self.task_arrivals.pre_select([p for t, p in rows if t == VERSIONS])
         rows = [(t, p) for t, p in rows if t != VERSIONS] + [(VERSIONS, p) for p in versions]
-        self.control.update((state_to_bytes(r.s),))
-        replace_timers(self.handle, r.next_timer_ms(), self.fired_ms)
         if rows:
             yield _frame(rows)
+
+    def _finish(self, r: Replica, dead: list | None = None):
+        r.store.flush()
+        rows = self._step_rows(r) + (dead or [])
+        self.control.update((state_to_bytes(r.s),))
+        replace_timers(self.handle, r.next_timer_ms(), self.fired_ms)
+        yield from self._output(rows)
 
     def close(self) -> None:
         pass
@@ -109,6 +123,12 @@ def _frame(rows: list[tuple[str, object]]) -> pd.DataFrame:
     (VersionRecords) as the line the writer publishes; packed, many lines to a row (stateful.packed)."""
     return packed([(t, p.encode() if t == VERSIONS else p if isinstance(p, str) else json.dumps(p))
                    for t, p in rows])
+
+
+def _same_instant(a, b) -> bool:
+    """Messages of one instant share a step: the store folds two versions of an object at one instant
+    into one only within a step (ObjectStore._record)."""
+    return a.arrival_ms == b.arrival_ms
 
 
 def _receive(r: Replica, row) -> None:

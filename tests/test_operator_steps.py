@@ -1,0 +1,113 @@
+"""A key's output handed on in steps (stateful.GuardedSteps, issue 31): the replication operator
+yields its rows every few messages instead of holding a whole micro-batch's, and the sink tables,
+the published directory versions and the stored state are the same whatever the step, with or
+without a message that makes it raise."""
+import marshal
+import random
+
+import pyarrow as pa
+import pytest
+
+from job_runs import dump
+from streaming.spark import replication_query, stateful
+from streaming.spark.stateful import GuardedSteps, batch_rows, for_sink
+from test_poison import driven, frames, outputs, poison
+
+
+class Machine:
+    def __init__(self):
+        self.applied, self.out = [], []
+
+
+def _apply(poisoned: set):
+    def apply(machine: Machine, item: int) -> None:
+        if item in poisoned:
+            machine.applied.append("half-applied")          # a raising item may leave a mess behind
+            raise ValueError(f"poison {item}")
+        machine.applied.append(item)
+        machine.out.append(item)
+    return apply
+
+
+def _take(machine: Machine) -> list:
+    out, machine.out = machine.out, []
+    return out
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_steps_hand_on_every_item_once_in_order_less_the_poisoned(seed):
+    rnd = random.Random(seed)
+    items = list(range(rnd.randrange(0, 40)))
+    bad = {i for i in items if rnd.random() < 0.15}
+    every = rnd.choice([1, 2, 3, 7, 40, 1000])
+    instant = {i: rnd.randrange(len(items) // 2 + 1) for i in items}
+    items.sort(key=instant.get)                             # items of one instant side by side
+    loads = []
+
+    def load() -> Machine:
+        loads.append(1)
+        return Machine()
+
+    steps = GuardedSteps(load, items, _apply(bad), _take, every, lambda a, b: instant[a] == instant[b])
+    handed_steps = list(steps)
+    handed = [out for step in handed_steps for out in step]
+    handed += steps.machine.out                             # the last step: the caller takes it
+    assert handed == [i for i in items if i not in bad]
+    ends = [i for i in range(1, len(items)) if instant[items[i - 1]] != instant[items[i]]]
+    assert len(handed_steps) <= len(ends)                   # never between two items of one instant
+    if every == 1:
+        assert len(handed_steps) == len(ends)
+    assert [item for item, _exc in steps.poisoned] == [i for i in items if i in bad]
+    assert all(str(exc) == f"poison {item}" for item, exc in steps.poisoned)
+    assert "half-applied" not in steps.machine.applied      # the machine was built again after each
+    assert len(loads) == 1 + len(bad)
+
+
+def test_a_step_that_raises_outside_an_item_fails_the_key():
+    def take(machine):
+        raise RuntimeError("the rows could not be made")
+
+    with pytest.raises(RuntimeError, match="rows could not be made"):
+        list(GuardedSteps(Machine, [1, 2, 3], _apply(set()), take, 1))
+
+
+def _run(key, frame, step_messages: int, sink_url: str):
+    """The replica's messages in two micro-batches through the operator into a SQLite sink; returns
+    the published directory versions, the replication_servers rows yielded and the stored state (the
+    object buckets as their entries: marshal's bytes may share a string once or write it twice)."""
+    tester = driven(replication_query.ReplicationProcessor("pec0", "scope", step_messages))
+    versions, servers = [], 0
+    from streaming.sinks import open_sink
+    sink = open_sink(sink_url)
+    half = len(frame) // 2
+    for batch_id, part in enumerate((frame.iloc[:half], frame.iloc[half:])):
+        out = tester.testInPandas(key, part)
+        servers += len(outputs(out).get("replication_servers", []))
+        rows = batch_rows(pa.Table.from_pandas(out[["table_name", "payload"]]), frozenset({"object_versions"}))
+        versions += (rows.pop("object_versions").to_pylist() if "object_versions" in rows else [])
+        sink.write_batch("replication", batch_id, for_sink(rows))
+    sink.close()
+    objects = {bucket: marshal.loads(blob) for bucket, (blob,) in tester.peekMapState("objects", key).items()}
+    return versions, servers, tester.peekValueState("replica", key), objects
+
+
+@pytest.mark.parametrize("poisoned", [False, True])
+def test_the_replication_operators_steps_change_no_row_version_or_state(tmp_path, monkeypatch, poisoned):
+    key, frame = max(frames("mqdsrp", lambda e: e["destination_machine"]).items(), key=lambda kv: len(kv[1]))
+    frame = frame.sort_values(list(stateful.ARRIVAL_ORDER)).reset_index(drop=True)
+    if poisoned:
+        poison(monkeypatch, frame.iloc[len(frame) // 3]["message_id"], frame.iloc[len(frame) // 3 + 5]["message_id"])
+    runs = {}
+    for step in (1, 7, 10**9):
+        url = f"sqlite:///{tmp_path}/step{step}.db"
+        versions, servers, control, objects = _run(key, frame, step, url)
+        runs[step] = (dump(url), versions, control, objects)
+        if step == 7:       # handed on in steps: a replication_servers row per step
+            assert servers >= len(frame) // 7
+    whole = runs[10**9]
+    assert len(whole[0]["directory_history"]) > 100 and whole[1]
+    assert len(whole[0]["dead_letters"]) == (2 if poisoned else 0)
+    for step in (1, 7):
+        assert runs[step][0] == whole[0], f"step {step}: the sink tables differ"
+        assert runs[step][1] == whole[1], f"step {step}: the published versions differ"
+        assert runs[step][2:] == whole[2:], f"step {step}: the stored state differs"
