@@ -31,6 +31,7 @@ VERSIONS = "object_versions"                # the pseudo-table of directory vers
 # A replica's rows are handed on every this many messages (stateful.GuardedSteps): about 50 rows a
 # message, so a step's rows stay a few MB in the Python worker whatever the micro-batch's size.
 STEP_MESSAGES = 200
+SNAPSHOT_TABLES = ("replication_servers", "replication_partitions")     # one row per server (partition) a batch
 
 
 class MapStateBackend:
@@ -80,7 +81,7 @@ class ReplicationProcessor(StatefulProcessor):
         self.fired_ms = None
         frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
         steps = GuardedSteps(lambda: self._replica(key[0]), list(frame.itertuples(index=False)), _receive,
-                             self._step_rows, self.step_messages, _same_instant)
+                             self._step_changes, self.step_messages, _same_instant)
         for rows_of_step in steps:
             yield from self._output(rows_of_step)
         dead = [dead_letter(STAGE, "mqdsrp", row, exc) for row, exc in steps.poisoned]
@@ -100,6 +101,11 @@ class ReplicationProcessor(StatefulProcessor):
 
     def _step_rows(self, r: Replica) -> list:
         return step_rows(r, r.s.now_ms, self.id_scope)
+
+    def _step_changes(self, r: Replica) -> list:
+        """A step's rows but the server's and its partitions' (the batch's last step writes them, and
+        the sink keeps a server's last row of a batch anyway)."""
+        return [(t, p) for t, p in self._step_rows(r) if t not in SNAPSHOT_TABLES]
 
     def _output(self, rows: list):
         versions = self.task_arrivals.pre_select([p for t, p in rows if t == VERSIONS])
