@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from job_runs import dump
+from streaming.sinks import open_sink
 from streaming.spark import replication_query, stateful
 from streaming.spark.stateful import GuardedSteps, batch_rows, for_sink
 from test_poison import driven, frames, outputs, poison
@@ -74,19 +75,18 @@ def test_a_step_that_raises_outside_an_item_fails_the_key():
 def _run(key, frame, step_messages: int, sink_url: str):
     """The replica's messages in two micro-batches through the operator into a SQLite sink; returns
     the published directory versions, (replication_servers rows, directory_history frame rows)
-    yielded and the stored state (the
-    object buckets as their entries: marshal's bytes may share a string once or write it twice)."""
+    yielded and the stored state (the object buckets as their entries: marshal's bytes may share a
+    string once or write it twice)."""
     tester = driven(replication_query.ReplicationProcessor("pec0", "scope", step_messages))
     versions, servers, history_rows = [], 0, 0
-    from streaming.sinks import open_sink
     sink = open_sink(sink_url)
     half = len(frame) // 2
     for batch_id, part in enumerate((frame.iloc[:half], frame.iloc[half:])):
         out = tester.testInPandas(key, part)
         servers += len(outputs(out).get("replication_servers", []))
         history_rows += int((out["table_name"] == "directory_history").sum())     # packed: one per step at least
-        rows = batch_rows(pa.Table.from_pandas(out[["table_name", "payload"]]), frozenset({"object_versions"}))
-        versions += (rows.pop("object_versions").to_pylist() if "object_versions" in rows else [])
+        rows = batch_rows(pa.Table.from_pandas(out[["table_name", "payload"]]), frozenset({replication_query.VERSIONS}))
+        versions += rows.pop(replication_query.VERSIONS).to_pylist() if replication_query.VERSIONS in rows else []
         sink.write_batch("replication", batch_id, for_sink(rows))
     sink.close()
     objects = {bucket: marshal.loads(blob) for bucket, (blob,) in tester.peekMapState("objects", key).items()}

@@ -16,8 +16,8 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from .stateful import (OUTPUT_DDL, GuardedSteps, TableWriter, dead_letter, packed, raise_if_poison, replace_timers,
-                       timer_dead_letter)
+from .stateful import (ARRIVAL_ORDER, OUTPUT_DDL, GuardedSteps, TableWriter, dead_letter, packed, raise_if_poison,
+                       replace_timers, timer_dead_letter)
 from ..operators.notification_rows import FirstArrivals
 from ..operators.replica_store import ObjectStore
 from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
@@ -79,7 +79,7 @@ class ReplicationProcessor(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues):
         self.fired_ms = None
-        frame = pd.concat(list(rows)).sort_values(["arrival_ms", "topic", "partition", "offset"])
+        frame = pd.concat(list(rows)).sort_values(list(ARRIVAL_ORDER))
         steps = GuardedSteps(lambda: self._replica(key[0]), list(frame.itertuples(index=False)), _receive,
                              self._step_changes, self.step_messages, _same_instant)
         for rows_of_step in steps:
