@@ -423,3 +423,18 @@ def test_the_python_workers_give_freed_memory_back_through_malloc(spark):
     seen = spark.sparkContext.parallelize(range(2), 2).mapPartitions(worker_memory).collect()
     assert [backend for backend, _env in seen] == ["system", "system"]
     assert all(env == PYTHON_WORKER_ENV for _backend, env in seen)
+
+
+def test_the_driver_gives_a_large_batch_back_when_done(spark):
+    """Issue 31: the driver's own pyarrow (a micro-batch's output collected as Arrow) allocates from
+    malloc too: a large batch's memory goes back when it is freed, not kept for the rest of the run."""
+    import os
+
+    import pyarrow
+    assert pyarrow.default_memory_pool().backend_name == "system"
+    before = resident_kb(os.getpid())
+    batch = pyarrow.array(["x" * 1000] * 300_000)               # 300 MB of payloads
+    held = resident_kb(os.getpid())
+    del batch
+    after = resident_kb(os.getpid())
+    assert held - before > 250_000 and after - before < 50_000, (before, held, after)

@@ -174,3 +174,39 @@ def test_postgresql_takes_the_rows_as_the_table_writer_hands_them_over(postgres_
         finally:
             sink.close()
     assert tables[0] == tables[1] and all(tables[0].values())
+
+
+def _arrow_bytes_held_while(iterate) -> int:
+    """The most Arrow memory allocated beyond what was held before, sampled at every item."""
+    before, most = pa.total_allocated_bytes(), 0
+    for _ in iterate:
+        most = max(most, pa.total_allocated_bytes() - before)
+    return most
+
+
+def test_a_large_batch_is_never_held_twice_while_written_and_published():
+    """Issue 31: a catch-up's replication batch is hundreds of MB of packed payloads. Grouping it by
+    table, writing it to the sink and publishing its versions hold a few packed rows more than the
+    batch itself, never a second copy of it (split at once, or concatenated by a take)."""
+    from streaming.operators.notification_rows import FirstArrivals
+    from streaming.spark.replication_query import first_arrival_records
+    rng = random.Random(3)
+    output = []
+    for i in range(60_000):
+        if rng.random() < 0.4:
+            output.append(("versions", f"qm{i % 9}\tk{rng.randrange(20_000)}\t{1_767_225_600_000 + i}\t{_site(i, '')}"))
+        else:
+            output.append((rng.choice(["site_topology", "discovery_requests"]), _site(i, "2026-01-01T00:00:00")))
+    table = _arrow([tuple(r) for f in range(0, len(output), 6_000)
+                    for r in packed(output[f:f + 6_000], 500).itertuples(index=False)], chunk=8)
+    size = table.nbytes
+    before = pa.total_allocated_bytes()
+    rows = batch_rows(table, frozenset({"versions"}))
+    versions = rows.pop("versions")
+    grouped = pa.total_allocated_bytes() - before - versions.nbytes
+    assert grouped < 0.05 * size, f"grouping held {grouped:,} bytes of a {size:,}-byte batch"
+    for name, table_rows in for_sink(rows).items():
+        held = _arrow_bytes_held_while(table_rows)
+        assert held < 0.05 * size, f"{name}: {held:,} bytes held while read, of a {size:,}-byte batch"
+    held = _arrow_bytes_held_while(first_arrival_records(FirstArrivals(), versions, chunk=5_000))
+    assert held < 0.25 * versions.nbytes, f"publishing held {held:,} bytes over {versions.nbytes:,} of versions"

@@ -24,6 +24,23 @@ DRIVER_MEMORY = "4g"
 # their median 1,618 -> 1,318 MB, the same speed (README, "The hour").
 PYTHON_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072",
                      "ARROW_DEFAULT_MEMORY_POOL": "system"}
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3                      # glibc's mallopt parameters (malloc.h)
+
+
+def driver_frees_memory() -> None:
+    """The same for the driver's own Python process, which collects each micro-batch's output as
+    Arrow (TableWriter, BatchWriter): started before it could take the environment variables, it
+    sets them by call. Without it a catch-up's largest batch stays in the driver's resident memory
+    (issue 31: the fifth hour's driver, 496 MB catching up against a steady peak of 405)."""
+    import ctypes
+    import pyarrow as pa
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:                                               # not glibc: nothing to set
+        return
+    for parameter in (M_TRIM_THRESHOLD, M_MMAP_THRESHOLD):
+        libc.mallopt(parameter, int(PYTHON_WORKER_ENV["MALLOC_MMAP_THRESHOLD_"]))
 
 
 def driver_java_options(memory: str) -> str:
@@ -80,6 +97,7 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    driver_frees_memory()
     if not master.startswith("local"):
         # a cluster's executors get the project's code from the job itself (workers need only Python
         # and the third-party dependencies)

@@ -168,27 +168,45 @@ def first_arrival_records(arrivals: FirstArrivals, lines, chunk: int = 20_000):
     """FirstArrivals.select over the version lines of a micro-batch (VersionRecord.encode: owner, key,
     event ms, text; a pyarrow string array, or a list of str), as (value, key) records to publish, in
     the same order. The lines stay in Arrow: only each line's key and time become Python values, and
-    the kept records' texts are taken a chunk at a time (a batch of 300,000 messages held over a
-    million lines as Python objects on the driver)."""
+    the kept records' texts a chunk at a time (a batch of 300,000 messages held over a million lines
+    as Python objects on the driver); the lines are split a piece at a time (issue 31)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     if not isinstance(lines, (pa.Array, pa.ChunkedArray)):
         lines = pa.array(lines, pa.string())
     if len(lines) == 0:
         return
-    parts = pc.split_pattern(lines, "\t", max_splits=3)
-    times = pc.cast(pc.list_element(parts, 2), pa.int64())
+    keys, times = [], []
+    for part in (lines.chunks if isinstance(lines, pa.ChunkedArray) else [lines]):
+        for start in range(0, len(part), chunk):        # split a piece at a time: never a second copy of all
+            parts = pc.split_pattern(part.slice(start, chunk), "\t", max_splits=3)
+            keys.append(pc.list_element(parts, 1))
+            times.append(pc.cast(pc.list_element(parts, 2), pa.int64()))
+    keys, times = pa.concat_arrays(keys), pa.concat_arrays(times)
     order = pc.sort_indices(pa.table({"ms": times, "i": pa.array(range(len(lines)), pa.int64())}),
                             sort_keys=[("ms", "ascending"), ("i", "ascending")])
-    keys = pc.take(pc.list_element(parts, 1), order).to_pylist()
-    kept = [i for i, key, ms in zip(order.to_pylist(), keys, pc.take(times, order).to_pylist())
-            if arrivals.keep(key, ms)]
-    del keys
-    owners, texts = pc.list_element(parts, 0), pc.list_element(parts, 3)
+    kept = [i for i, key, ms in zip(order.to_pylist(), pc.take(keys, order).to_pylist(),
+                                    pc.take(times, order).to_pylist()) if arrivals.keep(key, ms)]
+    del keys, times, order
     for start in range(0, len(kept), chunk):
-        at = pa.array(kept[start:start + chunk], pa.int64())
-        for text, owner in zip(pc.take(texts, at).to_pylist(), pc.take(owners, at).to_pylist()):
+        for line in _take_lines(lines, kept[start:start + chunk]):
+            owner, _key, _ms, text = line.split("\t", 3)
             yield text.encode(), owner.encode()
+
+
+def _take_lines(lines, at: list[int]) -> list[str]:
+    """lines[at] as Python strings, taken from each chunk apart: a ChunkedArray's take would
+    concatenate all its chunks first (a catch-up's versions are hundreds of MB)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    wanted, out, first = pa.array(at, pa.int64()), [None] * len(at), 0
+    for part in (lines.chunks if isinstance(lines, pa.ChunkedArray) else [lines]):
+        here = pc.and_(pc.greater_equal(wanted, first), pc.less(wanted, first + len(part)))
+        texts = part.take(pc.subtract(wanted.filter(here), first)).to_pylist()
+        for position, text in zip(pc.indices_nonzero(here).to_pylist(), texts):
+            out[position] = text
+        first += len(part)
+    return out
 
 
 def replication_stream(decoded, pec_name: str | None = None, id_scope: str = ""):

@@ -2,6 +2,7 @@
 (table_name, JSON payload)), its one timer per key, the guard that keeps one message an operator
 cannot handle from failing the micro-batch, and the foreachBatch writer that upserts the rows into
 the sink tables in one transaction per micro-batch."""
+import bisect
 import json
 import os
 from datetime import datetime, timezone
@@ -208,39 +209,65 @@ def packed(rows: list[tuple[str, str]], lines: int = PACKED_LINES):
 
 def batch_rows(table, side_tables: frozenset = frozenset()) -> dict:
     """An operator's output rows (an Arrow table of table_name, payload) by sink table, in the order
-    the operator wrote them: PayloadRows, parsed as they are read, so that a large micro-batch's rows
-    are never all held as dicts at once; a side table's rows stay its payloads in Arrow. A payload
-    may hold several, one per line (packed)."""
+    the operator wrote them: PayloadRows, split and parsed as they are read, a few packed rows at a
+    time, so that a large micro-batch's rows are never all held as dicts, nor its text twice (a
+    catch-up's replication batch is 500 MB of payloads: split at once it doubled the driver's
+    memory, issue 31); a side table's rows stay its payloads in Arrow. A payload may hold several,
+    one per line (packed)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     names, payloads = table.column("table_name"), table.column("payload")
+    if payloads.type == pa.null():
+        payloads = payloads.cast(pa.string())                       # an empty table built from lists
+    lines = pc.add(pc.count_substring(payloads, "\n"), 1)          # payloads per packed row
     out: dict = {}
     for name in pc.unique(names).to_pylist():
-        texts = pc.list_flatten(pc.split_pattern(payloads.filter(pc.equal(names, name)), "\n"))
-        out[name] = texts if name in side_tables else PayloadRows(texts)
+        mine = pc.equal(names, name)
+        if name in side_tables:
+            out[name] = pc.list_flatten(pc.split_pattern(payloads.filter(mine), "\n"))
+        else:
+            out[name] = PayloadRows(payloads, pc.indices_nonzero(mine), pc.sum(lines.filter(mine)).as_py())
     return out
 
 
-class PayloadRows:
-    """One sink table's rows of a micro-batch, as JSON payloads parsed into row dicts each time
-    they are iterated (the sink writes them once; after_write may read a small table again)."""
+PACKED_AT_ONCE = 16                             # packed rows taken from Arrow at a time (<= 32,000 payloads)
 
-    def __init__(self, texts, parse=None):
-        self.texts = texts                  # a pyarrow ChunkedArray of strings
+
+class PayloadRows:
+    """One sink table's rows of a micro-batch: the packed payloads at rows `at` of the operator's
+    output, split into JSON payloads and parsed into row dicts each time they are iterated (the sink
+    writes them once; after_write may read a small table again), a packed row at a time."""
+
+    def __init__(self, payloads, at, lines: int, parse=None):
+        self.payloads, self.at = payloads, at   # a pyarrow ChunkedArray of packed payloads, this table's indices
+        self.lines = lines                      # the payloads they hold
         self.parse = parse or parse_payload
 
     def __len__(self) -> int:
-        return len(self.texts)
+        return self.lines
+
+    def texts(self):
+        """The payloads, one JSON text per row, in order: taken from each chunk a few packed rows at
+        a time (a ChunkedArray's take would concatenate all its chunks first)."""
+        at, start = self.at.to_pylist(), 0                  # ascending
+        for chunk in self.payloads.chunks:
+            end = bisect.bisect_left(at, start + len(chunk))
+            mine, at = [i - start for i in at[:end]], at[end:]
+            for first in range(0, len(mine), PACKED_AT_ONCE):
+                for text in chunk.take(mine[first:first + PACKED_AT_ONCE]).to_pylist():
+                    yield from text.split("\n")
+            start += len(chunk)
 
     def __iter__(self):
-        for chunk in self.texts.chunks:
-            yield from map(self.parse, chunk.to_pylist())
+        return map(self.parse, self.texts())
 
 
 def for_sink(rows: dict) -> dict:
     """The rows as the sink takes them: payloads only loaded from JSON, their times and raw bytes
     left as text for the sink's column types to convert (sinks._sqlite_time keeps the operators'
     ISO text as it is: no datetime made and formatted again per value, issue 28)."""
-    return {name: PayloadRows(r.texts, json.loads) if isinstance(r, PayloadRows) else r for name, r in rows.items()}
+    return {name: PayloadRows(r.payloads, r.at, r.lines, json.loads) if isinstance(r, PayloadRows) else r
+            for name, r in rows.items()}
 
 
 def parse_payload(text: str) -> dict:
