@@ -236,8 +236,9 @@ def test_a_value_the_replica_read_had_lost_is_explained_and_one_it_should_have_h
     """The soak (issue 31): a replica that lost a change (a dropped propagation that a later partial
     update keeps out of every sync reply, MC-MQDSRP 3.2.7.3) holds a version without that value;
     a read that took that replica's copy (the first to arrive) returns what it holds. Explained
-    when the same version reached another replica with the authority's value (or none ever had
-    it); not when a replica held the value and the read's version is simply older."""
+    when no replica held the authority's value in a version newer than the one read: the same
+    version reached another replica with it, none ever had it, or only an older version had it
+    (the short soak, issue 31); not when a newer version that held it had arrived before the read."""
     lost = [_version("dc1", 0, 5, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 1}, "created"),
             _version("dc1", 100, 7, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 1}),
             _version("dc2", 200, 7, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 2})]
@@ -250,7 +251,12 @@ def test_a_value_the_replica_read_had_lost_is_explained_and_one_it_should_have_h
     assert diffs == [] and "no replica ever held it" in explained[0]
     older = lost[:2] + [_version("dc2", 50, 6, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 2})]
     diffs, _, explained = _compare(row, history=older)
-    assert explained == [] and diffs == ["qm1 (v2): queue q1 quota is 1, expected 2"]
+    assert diffs == [] and "; only an older version held it" in explained[0]
+    missed = lost[:2] + [_version("dc2", 120, 8, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 2})]
+    diffs, _, explained = _compare(row, history=missed)                 # seq 8 arrived before the read
+    assert explained == [] and diffs == ["qm1 (v2): queue q1 quota is 1, expected 2",
+                                         "qm1 (v2): queue q1 read at 2026-01-01T00:00:00.150+00:00 used seq "
+                                         "0000000000000007, but the replicas held seq 0000000000000008 then (dc2)"]
 
 
 MINUTES = 60_000

@@ -13,7 +13,9 @@ it). The check is independent of the operator: it recomputes that version from t
   dated after its read time, or missed one dated before it, fails;
 - the attribute must be that version's value: a tampered or mis-applied value fails;
 - if that value differs from the authority's, the difference is explained by replica lag when a
-  replica later received a version with the authority's value: listed apart, with the lag.
+  replica later received a version with the authority's value: listed apart, with the lag; and as
+  never held by a replica when no replica held it in a version newer than the one read (the
+  replicas had lost the change: the protocol's limit, which the replication check judges).
 """
 import json
 from dataclasses import dataclass
@@ -158,17 +160,20 @@ class ReadJudge:
                                          lambda v: not v.deleted and v.properties.get(propid) == authority)
         text = f"{what} {_short(propid)} is {value!r}, the authority's {authority!r}"
         if later is None:
-            # the replica the read took the version from had lost the value (verify's replication
-            # check names the change; README: the protocol's own limit), and no replica held it in a
-            # newer version: no read could return it
+            # no replica held the authority's value in a newer version, ever: no read at or after this
+            # one could return it. The replicas had lost the change that set it (verify's replication
+            # check names it; README: the protocol's own limit), in the copy the read took or in all
+            # of them (an older version may have held it: a later change the authority made, then
+            # the one that set it back, lost; issue 31's short soak)
             elsewhere = self.history.ever(read.guid, lambda v: v.seq == held.seq
                                           and v.properties.get(propid) == authority)
-            if elsewhere or not self.history.ever(read.guid, lambda v: v.properties.get(propid) == authority):
-                self.unreachable.append(
-                    f"{where}: {text}: the version read at {ts(read.read_ms)} (seq {_hex(held.seq)}, first held by "
-                    f"{held.server}) holds {value!r}: {held.server} had lost the authority's value (the protocol's "
-                    f"limit, see replication)" + ("" if elsewhere else "; no replica ever held it"))
-                return True
+            once = self.history.ever(read.guid, lambda v: v.properties.get(propid) == authority)
+            self.unreachable.append(
+                f"{where}: {text}: the version read at {ts(read.read_ms)} (seq {_hex(held.seq)}, first held by "
+                f"{held.server}) holds {value!r}: {held.server} had lost the authority's value (the protocol's "
+                f"limit, see replication)" + ("" if elsewhere else "; only an older version held it"
+                                              if once else "; no replica ever held it"))
+            return True
         return self._lagged(where, text, read, later)
 
     def extra(self, where: str, what: str, read: ReadRecord) -> bool:
