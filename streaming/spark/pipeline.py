@@ -39,8 +39,8 @@ def driver_frees_memory() -> None:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:                                               # not glibc: nothing to set
         return
-    for parameter in (M_TRIM_THRESHOLD, M_MMAP_THRESHOLD):
-        libc.mallopt(parameter, int(PYTHON_WORKER_ENV["MALLOC_MMAP_THRESHOLD_"]))
+    for parameter, name in ((M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_"), (M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_")):
+        libc.mallopt(parameter, int(PYTHON_WORKER_ENV[name]))
 
 
 def driver_java_options(memory: str) -> str:
