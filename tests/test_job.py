@@ -335,6 +335,52 @@ def test_a_worker_reuses_its_consumer_and_reads_exactly_each_range(broker):
     assert kafka_source._CONSUMERS == {}
 
 
+def test_a_reading_consumer_fetches_only_a_bounded_queue_past_its_range(broker):
+    """Catching up, the log runs far past a task's range: librdkafka's default read-ahead (64 MB or
+    100,000 records per consumer) filled every reading Python worker with records thrown away at
+    the range's end (issue 31). Its queue, as its own statistics report it, stays within READ_AHEAD
+    (and one fetch of at most max.partition.fetch.bytes, 1 MB)."""
+    from confluent_kafka import Producer, TopicPartition
+    from streaming.spark import kafka_source
+    from streaming.spark.kafka_source import READ_AHEAD, KafkaInputPartition
+    ensure_topics(KafkaSettings(broker), {"readahead.test": 1})
+    producer = Producer({"bootstrap.servers": broker, "linger.ms": 20})
+    for i in range(40_000):                                    # 20 MB, all past the range read below
+        producer.produce("readahead.test", value=os.urandom(500), partition=0)
+        if i % 5000 == 0:
+            producer.flush(30)
+    producer.flush(30)
+    queued = []
+
+    def stats(text):
+        partitions = json.loads(text)["topics"].get("readahead.test", {}).get("partitions", {})
+        queued.extend(p["fetchq_size"] for p in partitions.values())
+
+    conf = {"bootstrap.servers": broker, "statistics.interval.ms": 100, "stats_cb": stats}
+    consumer = kafka_source._reading_consumer(("readahead", id(conf)), conf)
+    try:
+        consumer.assign([TopicPartition("readahead.test", 0, 0)])
+        records = kafka_source._read_records(consumer, KafkaInputPartition("readahead.test", 0, 0, 2000))
+        next(records)
+        time.sleep(1.5)                                        # a slow task: the fetcher runs ahead
+        assert sum(1 for _ in records) == 1999
+    finally:
+        consumer.close()
+    limit = READ_AHEAD["queued.max.messages.kbytes"] * 1024 + 1024 * 1024
+    assert queued and max(queued) > 100_000, "the statistics never saw the fetcher run ahead"
+    assert max(queued) <= limit, f"{max(queued):,} bytes queued past a 2,000-record range"
+
+
+def test_the_source_module_loads_without_pyarrow_for_spark_planning_workers():
+    """Spark unpickles the source in short-lived planning workers (create_data_source) that linger
+    a minute after the job starts, when a catch-up's first batches run: pyarrow, 40 MB there, is
+    imported only when records are read (issue 31)."""
+    import sys
+    code = ("import sys, streaming.spark.kafka_source as k; assert 'pyarrow' not in sys.modules, 'imported'; "
+            "assert k.arrow_schema().names == k.SCHEMA.names")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_the_operators_default_to_one_shuffle_partition_per_local_core_and_four_on_a_cluster():
     import os
     from streaming.spark.pipeline import default_shuffle_partitions

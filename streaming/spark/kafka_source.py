@@ -29,8 +29,8 @@ batches. Options:
 import json
 import time
 from dataclasses import dataclass
+from functools import cache
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
@@ -44,11 +44,22 @@ SCHEMA = StructType([
     StructField("offset", LongType(), False), StructField("timestamp", TimestampType(), True),
     StructField("key", BinaryType(), True), StructField("value", BinaryType(), True),
 ])
-ARROW_SCHEMA = pa.schema([
-    pa.field("topic", pa.string(), nullable=False), pa.field("partition", pa.int32(), nullable=False),
-    pa.field("offset", pa.int64(), nullable=False), ("timestamp", pa.timestamp("us", tz="UTC")),
-    ("key", pa.binary()), ("value", pa.binary()),
-])
+
+
+@cache
+def arrow_schema():
+    """SCHEMA as the Arrow batches read() yields. pyarrow is imported here, not with the module:
+    Spark imports the module in short-lived planning workers too (create_data_source), where pyarrow
+    alone is 40 MB more; they linger for a minute after the job starts, when a catch-up's first
+    batches run (issue 31)."""
+    import pyarrow as pa
+    return pa.schema([
+        pa.field("topic", pa.string(), nullable=False), pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False), ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("key", pa.binary()), ("value", pa.binary()),
+    ])
+
+
 ARROW_BATCH_ROWS = 10_000
 READ_IDLE_TIMEOUT_S = 240.0          # longer than the driver's wait for an unreachable broker
 
@@ -306,13 +317,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 # Spark's own Kafka source pools its consumers: a new connection per task and micro-batch costs
 # time, and the embedded broker slowed down under thousands of them over a long run.
 _CONSUMERS: dict[tuple, object] = {}
+# A task reads a bounded range, but librdkafka fetches ahead of it into its queue: by default up to
+# 100,000 records or 64 MB per consumer, read past the range's end and thrown away at unassign. In
+# steady traffic the log ends just after the range; catching up, every reading Python worker held
+# about 75 MB more, and spent longer on each range (issue 31). A bounded queue, fetched again soon
+# after it drains, reads as fast. A kafka.* option of the same name overrides either.
+READ_AHEAD = {"queued.max.messages.kbytes": 4096, "fetch.queue.backoff.ms": 10}
 
 
 def _reading_consumer(key: tuple, conf: dict):
     consumer = _CONSUMERS.pop(key, None)
     if consumer is None:
         from confluent_kafka import Consumer
-        consumer = Consumer({**conf, "group.id": conf.get("group.id", "dirstream-source"),
+        consumer = Consumer({**READ_AHEAD, **conf, "group.id": conf.get("group.id", "dirstream-source"),
                              "enable.auto.commit": False, "auto.offset.reset": "error",
                              "fetch.wait.max.ms": 10, "log_level": conf.get("log_level", 3)})
     return consumer
@@ -360,7 +377,7 @@ def _position(consumer, part: KafkaInputPartition) -> int:
 
 
 def _arrow_batches(records, topic: str, partition: int):
-    columns = {name: [] for name in ARROW_SCHEMA.names}
+    columns = {name: [] for name in SCHEMA.names}
     for offset, ts, key, value in records:
         columns["offset"].append(offset)
         columns["timestamp"].append(ts)
@@ -368,16 +385,17 @@ def _arrow_batches(records, topic: str, partition: int):
         columns["value"].append(value)
         if len(columns["offset"]) >= ARROW_BATCH_ROWS:
             yield _to_batch(columns, topic, partition)
-            columns = {name: [] for name in ARROW_SCHEMA.names}
+            columns = {name: [] for name in SCHEMA.names}
     if columns["offset"]:
         yield _to_batch(columns, topic, partition)
 
 
-def _to_batch(columns: dict, topic: str, partition: int) -> pa.RecordBatch:
+def _to_batch(columns: dict, topic: str, partition: int):
+    import pyarrow as pa
     n = len(columns["offset"])
     columns["topic"], columns["partition"] = [topic] * n, [partition] * n
-    return pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in ARROW_SCHEMA],
-                                      schema=ARROW_SCHEMA)
+    schema = arrow_schema()
+    return pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
 
 
 def _names(options: dict, name: str) -> list[str]:
