@@ -340,23 +340,10 @@ def test_a_reading_consumer_fetches_only_a_bounded_queue_past_its_range(broker):
     100,000 records per consumer) filled every reading Python worker with records thrown away at
     the range's end (issue 31). Its queue, as its own statistics report it, stays within READ_AHEAD
     (and one fetch of at most max.partition.fetch.bytes, 1 MB)."""
-    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka import TopicPartition
     from streaming.spark import kafka_source
-    from streaming.spark.kafka_source import READ_AHEAD, KafkaInputPartition
-    ensure_topics(KafkaSettings(broker), {"readahead.test": 1})
-    producer = Producer({"bootstrap.servers": broker, "linger.ms": 20})
-    for i in range(40_000):                                    # 20 MB, all past the range read below
-        producer.produce("readahead.test", value=os.urandom(500), partition=0)
-        if i % 5000 == 0:
-            producer.flush(30)
-    producer.flush(30)
-    queued = []
-
-    def stats(text):
-        partitions = json.loads(text)["topics"].get("readahead.test", {}).get("partitions", {})
-        queued.extend(p["fetchq_size"] for p in partitions.values())
-
-    conf = {"bootstrap.servers": broker, "statistics.interval.ms": 100, "stats_cb": stats}
+    from streaming.spark.kafka_source import KafkaInputPartition
+    queued, conf = _backlog_and_queue_statistics(broker, "readahead.test")
     consumer = kafka_source._reading_consumer(("readahead", id(conf)), conf)
     try:
         consumer.assign([TopicPartition("readahead.test", 0, 0)])
@@ -366,17 +353,60 @@ def test_a_reading_consumer_fetches_only_a_bounded_queue_past_its_range(broker):
         assert sum(1 for _ in records) == 1999
     finally:
         consumer.close()
+    _assert_read_ahead_bounded(queued)
+
+
+def test_the_arrival_index_reads_one_record_without_a_large_queue_behind_it(broker):
+    """The same for the source's driver side (the notification query's gate, each query's aligned
+    cap): it reads one record at a time, in the streaming source's long-lived Python process."""
+    from streaming.spark.event_clock import ArrivalIndex
+    queued, conf = _backlog_and_queue_statistics(broker, "readahead.index")
+    index = ArrivalIndex(conf)
+    try:
+        first = index.value_at(("readahead.index", 0), 0)
+        time.sleep(1.5)                                        # planning waits: the fetcher runs ahead
+        assert index.value_at(("readahead.index", 0), 1) != first is not None
+    finally:
+        index.close()
+    _assert_read_ahead_bounded(queued)
+
+
+def _backlog_and_queue_statistics(broker: str, topic: str) -> tuple[list[int], dict]:
+    """A topic of one partition holding 20 MB, and a consumer configuration whose statistics (every
+    100 ms) add the bytes its fetch queue holds to the list returned."""
+    from confluent_kafka import Producer
+    ensure_topics(KafkaSettings(broker), {topic: 1})
+    producer = Producer({"bootstrap.servers": broker, "linger.ms": 20})
+    for i in range(40_000):
+        producer.produce(topic, value=os.urandom(500), partition=0)
+        if i % 5000 == 0:
+            producer.flush(30)
+    producer.flush(30)
+    queued: list[int] = []
+
+    def statistics(text):
+        partitions = json.loads(text)["topics"].get(topic, {}).get("partitions", {})
+        queued.extend(p["fetchq_size"] for p in partitions.values())
+
+    return queued, {"bootstrap.servers": broker, "statistics.interval.ms": 100, "stats_cb": statistics}
+
+
+def _assert_read_ahead_bounded(queued: list[int]) -> None:
+    from streaming.spark.kafka_offsets import READ_AHEAD
     limit = READ_AHEAD["queued.max.messages.kbytes"] * 1024 + 1024 * 1024
     assert queued and max(queued) > 100_000, "the statistics never saw the fetcher run ahead"
-    assert max(queued) <= limit, f"{max(queued):,} bytes queued past a 2,000-record range"
+    assert max(queued) <= limit, f"{max(queued):,} bytes queued past what was read"
 
 
 def test_the_source_module_loads_without_pyarrow_for_spark_planning_workers():
-    """Spark unpickles the source in short-lived planning workers (create_data_source) that linger
-    a minute after the job starts, when a catch-up's first batches run: pyarrow, 40 MB there, is
-    imported only when records are read (issue 31)."""
+    """Spark unpickles the source and asks for its schema in short-lived planning workers
+    (create_data_source) that linger a minute after the job starts, when a catch-up's first batches
+    run: pyarrow, 40 MB there, is imported only when records are read (issue 31). The schema is
+    still the Arrow batches' one."""
     import sys
-    code = ("import sys, streaming.spark.kafka_source as k; assert 'pyarrow' not in sys.modules, 'imported'; "
+    code = ("import sys, streaming.spark.kafka_source as k\n"
+            "assert all(k.KafkaSource({'decode': m}).schema() for m in ('false', 'true', 'summary', 'envelope'))\n"
+            "assert 'pyarrow' not in sys.modules, 'imported'\n"
             "assert k.arrow_schema().names == k.SCHEMA.names")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

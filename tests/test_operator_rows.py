@@ -137,6 +137,41 @@ def test_ordered_rows_are_the_pandas_rows_in_the_same_order():
         assert [r.body for r in got] == [r.body for r in expected] and got[0]._fields == expected[0]._fields
 
 
+def test_notification_input_rows_are_the_frames_rows_alike_however_they_are_chunked():
+    """The notification operator's input as Rows: the values pandas' concat and itertuples gave
+    (NaN as None), over random frames; and the same whatever the chunks Spark cuts the key's rows
+    into (a column with a null comes as floats: its integers are ints again, so the pickled state
+    does not depend on the chunking)."""
+    import pickle
+    import pandas as pd
+    from streaming.operators.notification_input import ROW_FIELDS
+    from streaming.spark.notification_query import input_rows
+    for seed in range(30):
+        rng = random.Random(seed)
+        n = rng.randrange(1, 12)
+        whole = pd.DataFrame({
+            "event_ms": [1_767_225_600_000 + rng.randrange(0, 5) for _ in range(n)],
+            "kind": [rng.choice(["mqcn", "directory"]) for _ in range(n)],
+            "topic": [rng.choice(["msmq.cn.raw", None]) for _ in range(n)],
+            "partition": pd.array([rng.choice([rng.randrange(4), None]) for _ in range(n)], dtype="Int64"),
+            "offset": rng.sample(range(1000), n), "body": [rng.randbytes(rng.randrange(8)) for _ in range(n)],
+            "message_id": [None if rng.random() < 0.3 else f"m{rng.randrange(99)}" for _ in range(n)],
+            "sender_identifier_type": pd.array([rng.choice([0, 2, None]) for _ in range(n)], dtype="Int64"),
+            "authentication_level": pd.array([rng.choice([0, 1, None]) for _ in range(n)], dtype="Int64"),
+            "source_machine": ["m"] * n, "destination_machine": [None] * n, "destination_queue": ["q"] * n})
+        whole = whole.astype({c: "float64" for c in ("partition", "sender_identifier_type", "authentication_level")})
+        cut = sorted(rng.sample(range(1, n), rng.randrange(0, n - 1))) if n > 1 else []
+        chunks = [whole.iloc[a:b].reset_index(drop=True) for a, b in zip([0] + cut, cut + [n])]
+        chunks = [c.astype({k: "int64" for k in ("partition", "sender_identifier_type", "authentication_level")
+                            if c[k].notna().all()}) for c in chunks]       # as Arrow gives a chunk without nulls
+        got = input_rows(iter(chunks))
+        expected = [tuple(None if isinstance(v, float) and v != v else v for v in r)
+                    for r in pd.concat(chunks)[list(ROW_FIELDS)].itertuples(index=False, name=None)]
+        assert [tuple(r) for r in got] == expected
+        assert all(type(v) is int for r in got for v in (r.event_ms, r.offset, r.partition) if v is not None)
+        assert pickle.dumps(got) == pickle.dumps(input_rows(iter([whole])))
+
+
 def test_first_arrival_records_in_arrow_are_first_arrivals_select():
     """The replication writer's selection over Arrow lines publishes what FirstArrivals.select over
     decoded VersionRecords did, in the same order, batch after batch (its memory carried over,

@@ -12,23 +12,12 @@ import pyarrow as pa
 from ..wire.envelope import EnvelopeError, schema_text, unframe
 from ..wire.topics import PROTOCOL_OF_TOPIC
 from ..wire import WireError, decode
+from .columns import DECODED_COLUMNS, DECODED_DDL, SUMMARY_COLUMNS, SUMMARY_DDL  # noqa: F401 (re-exported)
 
-DECODED_FIELDS = [
-    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-    ("kafka_timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.string()), ("protocol", pa.string()),
-    ("ok", pa.bool_()), ("message_id", pa.string()), ("message_class", pa.string()),
-    ("sender_identifier_type", pa.string()), ("sender_identifier", pa.string()),
-    ("authentication_level", pa.string()), ("hash_algorithm", pa.string()), ("source_machine", pa.string()),
-    ("destination_machine", pa.string()), ("destination_queue", pa.string()),
-    ("sent_time", pa.timestamp("us", tz="UTC")), ("arrival_time", pa.timestamp("us", tz="UTC")),
-    ("body", pa.binary()), ("kind", pa.string()), ("flags", pa.string()), ("state_key", pa.string()),
-    ("error_structure", pa.string()), ("error_field", pa.string()), ("error_offset", pa.int64()),
-    ("error_reason", pa.string()), ("error", pa.string()), ("raw_value", pa.binary()),
-]
+_ARROW_TYPES = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
+                "binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC")}
+DECODED_FIELDS = [(name, _ARROW_TYPES[spark_type]) for name, spark_type in DECODED_COLUMNS]
 DECODED_ARROW = pa.schema(DECODED_FIELDS)
-_SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "bigint", pa.bool_(): "boolean",
-                pa.binary(): "binary", pa.timestamp("us", tz="UTC"): "timestamp"}
-DECODED_DDL = ", ".join(f"{name} {_SPARK_TYPES[ty]}" for name, ty in DECODED_FIELDS)
 ENVELOPE_FIELDS = ("message_id", "message_class", "sender_identifier_type", "sender_identifier",
                    "authentication_level", "hash_algorithm", "source_machine", "destination_machine",
                    "destination_queue", "sent_time", "arrival_time")
@@ -144,19 +133,8 @@ def decode_batches(batches, body: bool = True, plain_topics=()):
 # query's tables need: counts per (protocol, server, minute), one row per Kafka partition (records,
 # last offset, dead letters) and each dead letter whole. Per-record rows never cross into the JVM,
 # which is most of the cost of a Python source (issue 4's throughput target).
-SUMMARY_FIELDS = [
-    ("row_type", pa.string()),                  # "partition", "seen" or "dead"
-    ("topic", pa.string()), ("partition", pa.int32()),
-    ("offset", pa.int64()),                     # partition: the last offset read; dead: its offset
-    ("protocol", pa.string()), ("server", pa.string()), ("minute", pa.timestamp("us", tz="UTC")),
-    ("messages", pa.int64()), ("dead_letters", pa.int64()),
-    ("kafka_key", pa.string()), ("message_id", pa.string()), ("source_machine", pa.string()),
-    ("destination_machine", pa.string()), ("arrival_time", pa.timestamp("us", tz="UTC")),
-    ("error_structure", pa.string()), ("error_field", pa.string()), ("error_offset", pa.int64()),
-    ("error_reason", pa.string()), ("error", pa.string()), ("raw_value", pa.binary()),
-]
+SUMMARY_FIELDS = [(name, _ARROW_TYPES[spark_type]) for name, spark_type in SUMMARY_COLUMNS]
 SUMMARY_ARROW = pa.schema(SUMMARY_FIELDS)
-SUMMARY_DDL = ", ".join(f"{name} {_SPARK_TYPES[ty]}" for name, ty in SUMMARY_FIELDS)
 UNKNOWN = "(unknown)"
 _MINUTE_US = 60_000_000
 

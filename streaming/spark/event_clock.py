@@ -22,7 +22,7 @@ import logging
 from confluent_kafka import Consumer, TopicPartition
 
 from ..wire.envelope import EnvelopeError, decode_envelope, millis
-from .kafka_offsets import EndOffsets
+from .kafka_offsets import READ_AHEAD, EndOffsets
 
 log = logging.getLogger("dirstream.clock")
 FETCH_TIMEOUT_S = 10.0
@@ -42,7 +42,8 @@ class ArrivalIndex:
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer({**self.conf, "group.id": self.conf.get("group.id", "dirstream-clock"),
+            self._consumer = Consumer({**READ_AHEAD, **self.conf,       # one record at a time: no 64 MB ahead
+                                       "group.id": self.conf.get("group.id", "dirstream-clock"),
                                        "enable.auto.commit": False, "fetch.wait.max.ms": 10,
                                        "log_level": self.conf.get("log_level", 0)})
         return self._consumer

@@ -36,7 +36,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from ..wire.topics import TOPICS
-from .kafka_offsets import EndOffsets, SourceError, flatten, nest
+from .kafka_offsets import READ_AHEAD, EndOffsets, SourceError, flatten, nest
 
 SOURCE_NAME = "msmq_kafka"
 SCHEMA = StructType([
@@ -93,10 +93,10 @@ class KafkaSource(DataSource):
     def schema(self):
         mode = self.options.get("decode", "false").lower()
         if mode == "summary":
-            from .decode import SUMMARY_DDL
+            from .columns import SUMMARY_DDL
             return SUMMARY_DDL
         if mode in ("true", "envelope"):
-            from .decode import DECODED_DDL
+            from .columns import DECODED_DDL
             return DECODED_DDL
         return SCHEMA
 
@@ -317,12 +317,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 # Spark's own Kafka source pools its consumers: a new connection per task and micro-batch costs
 # time, and the embedded broker slowed down under thousands of them over a long run.
 _CONSUMERS: dict[tuple, object] = {}
-# A task reads a bounded range, but librdkafka fetches ahead of it into its queue: by default up to
-# 100,000 records or 64 MB per consumer, read past the range's end and thrown away at unassign. In
-# steady traffic the log ends just after the range; catching up, every reading Python worker held
-# about 75 MB more, and spent longer on each range (issue 31). A bounded queue, fetched again soon
-# after it drains, reads as fast. A kafka.* option of the same name overrides either.
-READ_AHEAD = {"queued.max.messages.kbytes": 4096, "fetch.queue.backoff.ms": 10}
 
 
 def _reading_consumer(key: tuple, conf: dict):

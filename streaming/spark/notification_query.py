@@ -21,8 +21,8 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from .stateful import (OUTPUT_DDL, POISON_IDS, TableWriter, dead_letter, raise_if_poison, replace_timers,
-                       timer_dead_letter)
+from .stateful import (OUTPUT_DDL, POISON_IDS, TableWriter, dead_letter, packed, raise_if_poison,
+                       replace_timers, timer_dead_letter)
 from ..operators.notification_input import DIRECTORY, ROW_FIELDS, Row, advance, split
 from ..operators.notification_rows import step_rows
 from ..operators.notifications import QMState, QueueManager, Settings
@@ -59,9 +59,8 @@ class NotificationProcessor(StatefulProcessor):
         self.fired_ms = None
         if key[0] == CLOCK_KEY:
             return                          # MQSD rows: they only moved the event-time clock
-        frame = pd.concat(list(rows))
         st, held = self._stored(key[0])
-        held += [Row(*(_plain(v) for v in r)) for r in frame[list(ROW_FIELDS)].itertuples(index=False, name=None)]
+        held += input_rows(rows)
         yield from self._advance(key[0], st, held, timerValues.getCurrentWatermarkInMs())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
@@ -85,20 +84,30 @@ class NotificationProcessor(StatefulProcessor):
         self.state.update((pickle.dumps((stored, [tuple(r) for r in waiting]), protocol=5),))
         due = [t for t in [qm.next_timer_ms()] + [r.event_ms for r in waiting] if t is not None]
         replace_timers(self.handle, min(due) if due else None, self.fired_ms)
-        if rows:
-            yield pd.DataFrame([(t, json.dumps(p, default=str)) for t, p in rows], columns=["table_name", "payload"])
+        if rows:                            # packed: a few long rows to the driver, not one per payload
+            yield packed([(t, json.dumps(p, default=str)) for t, p in rows])
 
     def close(self) -> None:
         pass
 
 
-def _plain(value):
-    """A pandas/numpy scalar as a plain Python value (picklable without numpy, comparable)."""
-    if hasattr(value, "item"):
-        return value.item()
-    if isinstance(value, float) and value != value:
-        return None
-    return value
+def input_rows(frames) -> list[Row]:
+    """A key's input (the pandas frames Spark hands over) as Rows of plain Python values, picklable
+    without numpy and comparable: a column at a time, without concatenating the frames or reading
+    them a cell at a time through pandas."""
+    rows: list[Row] = []
+    for frame in frames:
+        rows.extend(map(Row._make, zip(*(_plain_column(frame[name]) for name in ROW_FIELDS))))
+    return rows
+
+
+def _plain_column(series) -> list:
+    """Every number of a Row is an integer: a column with nulls comes as floats (NaN for null), made
+    ints again, so that a value is the same whatever the chunk it came in."""
+    values = series.tolist()                # Python scalars
+    if series.dtype.kind == "f":
+        return [None if v != v else int(v) for v in values]
+    return values
 
 
 class _Origin:
