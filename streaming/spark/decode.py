@@ -12,7 +12,7 @@ import pyarrow as pa
 from ..wire.envelope import EnvelopeError, schema_text, unframe
 from ..wire.topics import PROTOCOL_OF_TOPIC
 from ..wire import WireError, decode
-from .columns import DECODED_COLUMNS, DECODED_DDL, SUMMARY_COLUMNS, SUMMARY_DDL  # noqa: F401 (re-exported)
+from .columns import DECODED_COLUMNS, SUMMARY_COLUMNS
 
 _ARROW_TYPES = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
                 "binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC")}

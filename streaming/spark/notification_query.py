@@ -17,7 +17,6 @@ row firing first (a read "as of" a time then sees exactly the versions dated up 
 import json
 import pickle
 
-import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -71,7 +70,7 @@ class NotificationProcessor(StatefulProcessor):
         except Exception as exc:          # noqa: BLE001 -- a timer no message is to blame for: nothing is saved
             replace_timers(self.handle, None, self.fired_ms)
             row = timer_dead_letter(STAGE, "mqcn", key[0], expiredTimerInfo.getExpiryTimeInMs(), exc)
-            yield pd.DataFrame([(row[0], json.dumps(row[1]))], columns=["table_name", "payload"])
+            yield packed([(row[0], json.dumps(row[1]))])
 
     def _advance(self, key: str, st: bytes | None, held: list[Row], watermark_ms: int):
         ready, waiting = split(held, watermark_ms)
