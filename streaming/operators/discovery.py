@@ -12,11 +12,15 @@ populates its DirectoryServerList and ConnectedNetworkIdentifierList:
 - the timer (3.1.6.1): completes with the kept reply, or as no-reply when there is none.
 
 Time is event time (the envelope's arrival time, in ms), so a replay gives the same outcomes.
-Replies that arrive before their request (other Kafka partitions) wait up to the same 15 s.
+Replies that arrive before their request (other Kafka partitions) wait up to the same 15 s. A
+completed request is remembered FORGET_AFTER_MS past its deadline, to recognise late replies (and
+learn the site a late local-site reply serves); then it is forgotten. What is due happens before a
+message that arrives after it (on_time), so the outcome never depends on where micro-batches end.
 """
 from dataclasses import dataclass, field
 
 WAIT_FOR_RESPONSE_MS = 15_000          # 3.1.2.1 Wait For Response Timer
+FORGET_AFTER_MS = 15_000               # not in the spec: how long a completed request is remembered
 
 
 @dataclass
@@ -101,6 +105,18 @@ class Discovery:
             return []
         return [self._complete(state, request_id, "remote-site", reply.arrival_ms)]     # case E
 
+    def on_time(self, state: DiscoveryState, request_id: str, now_ms: int) -> list:
+        """Event time reached now_ms (a message of this RequestID arrives then): the Wait For Response
+        timer due before it fires first, and a request completed and remembered long enough before it
+        is forgotten, as Spark's timers would have done had a micro-batch ended in between."""
+        out = []
+        if not state.done and state.deadline_ms is not None and state.deadline_ms < now_ms:
+            out = self.on_timer(state, request_id, state.deadline_ms)
+        due = forget_at(state)
+        if due is not None and due < now_ms:
+            forget(state)
+        return out
+
     def on_timer(self, state: DiscoveryState, request_id: str, now_ms: int) -> list:
         if state.done or state.deadline_ms is None or now_ms < state.deadline_ms:
             return []
@@ -118,6 +134,18 @@ class Discovery:
         servers = [name for _ip, _ipx, name in kept.servers] if kept and kept.server_size else []
         return Outcome(request_id, state.request, outcome, at_ms, servers,
                        list(kept.connected_networks) if kept else [], state.replies)
+
+
+def forget_at(state: DiscoveryState) -> int | None:
+    """When a completed request is forgotten: FORGET_AFTER_MS past its deadline (it completed by then),
+    at once when it never came (its replies are orphans); None while it is not complete."""
+    if not state.done:
+        return None
+    return 0 if state.request is None else state.deadline_ms + FORGET_AFTER_MS
+
+
+def forget(state: DiscoveryState) -> None:
+    vars(state).update(vars(DiscoveryState()))
 
 
 def state_to_json(state: DiscoveryState) -> str:

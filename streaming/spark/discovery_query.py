@@ -12,14 +12,13 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import StringType, StructField, StructType
 
-from ..operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, Reply, Request, state_from_json,
-                                  state_to_json)
+from ..operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, Reply, Request, forget_at,
+                                  state_from_json, state_to_json)
 from ..wire import decode
 from .stateful import (OUTPUT_DDL, apply_guarded, dead_letter, ordered_rows, raise_if_poison, replace_timers,
                        timer_dead_letter)
 
 WATERMARK_DELAY = "10 seconds"
-FORGET_AFTER_MS = 15_000           # a completed request is kept this long to recognise late replies
 
 
 def _ts(ms: int) -> str:
@@ -37,8 +36,7 @@ class DiscoveryProcessor(StatefulProcessor):
 
     def _save(self, st: DiscoveryState) -> None:
         self.state.update((state_to_json(st),))
-        replace_timers(self.handle, max(st.deadline_ms or 0, self._completed_at) + FORGET_AFTER_MS if st.done
-                       else st.deadline_ms, self.fired_ms)
+        replace_timers(self.handle, forget_at(st) if st.done else st.deadline_ms, self.fired_ms)
 
     def handleInputRows(self, key, rows, timerValues):
         self.fired_ms = None
@@ -48,6 +46,7 @@ class DiscoveryProcessor(StatefulProcessor):
             st, out = work
             raise_if_poison(row.message_id)
             arrival, source = int(row.arrival_ms), row.source_machine
+            out += self.core.on_time(st, request_id, arrival)      # what was due before it happens first
             packet = decode("mqsd", bytes(row.body))
             if packet.client_request is not None:
                 r = packet.client_request
@@ -66,25 +65,22 @@ class DiscoveryProcessor(StatefulProcessor):
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         self.fired_ms = expiredTimerInfo.getExpiryTimeInMs()          # Spark removes it itself
         st = self._load()
-        if st.done:
-            self.state.clear()                 # kept only to recognise late replies
-            return
-        due = expiredTimerInfo.getExpiryTimeInMs()
+        # everything due by the watermark happens now, as before a message arriving just after it: a
+        # deadline's completion may already be past its forget time (never a timer in the past)
+        now = max(self.fired_ms, timerValues.getCurrentWatermarkInMs()) + 1
         try:
-            out = self.core.on_timer(st, key[0], due)
+            out = self.core.on_time(st, key[0], now)
         except Exception as exc:          # noqa: BLE001 -- never fail the micro-batch: nothing is saved
             replace_timers(self.handle, None, self.fired_ms)
-            row = timer_dead_letter("operator:discovery", "mqsd", key[0], due, exc)
+            row = timer_dead_letter("operator:discovery", "mqsd", key[0], self.fired_ms, exc)
             yield pd.DataFrame([(row[0], json.dumps(row[1]))], columns=["table_name", "payload"])
             return
         yield from self._emit(st, out)
 
     def _emit(self, st: DiscoveryState, out: list, dead: list | None = None):
         rows = [(table, json.dumps(payload)) for table, payload in dead or []]
-        self._completed_at = 0
         for item in out:
             if isinstance(item, Outcome):
-                self._completed_at = item.completed_ms
                 rows.append(("discovery_requests", json.dumps({
                     "request_id": item.request_id, "enterprise_id": item.request.enterprise_id,
                     "client_site": item.request.site_id, "client": item.request.client,
@@ -99,7 +95,7 @@ class DiscoveryProcessor(StatefulProcessor):
                     "connected_networks": item.reply.connected_networks})))
             else:
                 rows.append(item)
-        if st.done and st.request is None:
+        if st == DiscoveryState() or (st.done and st.request is None):     # forgotten, or orphaned
             self.state.clear()
             replace_timers(self.handle, None, self.fired_ms)
         else:
