@@ -201,3 +201,35 @@ def test_the_operator_writes_the_same_rows_however_micro_batches_end(seed):
     for _ in range(6):
         ends = sorted(rng.sample(range(1, len(rows)), rng.randint(2, len(rows) // 3)))
         assert _operator_output(rows, ends) == whole
+
+
+def _row(body: bytes, at: int, offset: int, request_id: str) -> dict:
+    return {"state_key": request_id, "arrival_ms": at, "arrival_time": at, "topic": "msmq.sd.raw", "partition": 0,
+            "offset": offset, "body": body, "source_machine": "10.2.0.100", "message_id": f"m{offset}"}
+
+
+@pytest.mark.parametrize("ends", [[], [1], [1, 2]])
+def test_a_copy_of_a_request_after_it_was_forgotten_leaves_the_clients_outcome(tmp_path, ends):
+    """A request without a reply in 15 s completes as no-reply (3.1.6.1); 15 s later it is forgotten. A
+    copy of it held back two minutes, and the local-site reply that came with it, start it again and
+    complete it as local-site: the sink keeps the row of the first copy, the one its client decided
+    on (found by the short soak: verify expected no-reply), whichever row it writes first."""
+    from streaming.sinks import open_sink
+    from streaming.spark.stateful import parse_payload
+    from streaming.wire import encode, mqsd
+    rid = "a9560bda-95ae-4de1-a110-4455ebbf9b0a"
+    request = encode("mqsd", mqsd.new_request(REQ.enterprise_id, rid, REQ.site_id))
+    reply = encode("mqsd", mqsd.new_reply(rid, [CN_LOCAL]))
+    at = 1_767_228_440_429
+    rows = [_row(request, at, 0, rid), _row(request, at + 120_000, 1, rid), _row(reply, at + 120_000, 2, rid)]
+    written = _operator_output(rows, ends)
+    requests = [parse_payload(p) for (table, p), n in written.items() if table == "discovery_requests"]
+    assert sorted(r["outcome"] for r in requests) == ["local-site", "no-reply"]
+    for order in (requests, requests[::-1]):
+        sink = open_sink(f"sqlite:///{tmp_path}/sink.db")
+        try:
+            sink.write_batch("q", len(sink.query("SELECT * FROM sink_batches")), {"discovery_requests": order})
+            (kept,) = sink.query("SELECT * FROM discovery_requests")
+        finally:
+            sink.close()
+        assert kept["outcome"] == "no-reply" and kept["connected_networks"] in ("[]", [])

@@ -21,6 +21,8 @@ class Table:
     counters: tuple[str, ...] = ()
     keep_min: tuple[str, ...] = ()              # replace mode: columns that keep the smaller value (first seen)
     keep_max: tuple[str, ...] = ()              # replace mode: columns that keep the larger value (last seen)
+    first_by: str = ""                          # replace mode: a row replaces the stored one only if this
+    #                                             column is not later (the earliest row of a key stays)
     successor: tuple = ()   # (ends, starts, series columns, order): a row's `ends` is set to the `starts`
     #                         of the next row (by `order`) of its series, once that row is written
 
@@ -41,8 +43,9 @@ def _open_rows_index(t: Table) -> str:
 SQLITE_LOCK_WAIT_S = 600
 
 
-def table(name, columns, key, mode="insert", counters=(), keep_min=(), keep_max=(), successor=()) -> Table:
-    t = Table(name, tuple(columns), tuple(key), mode, tuple(counters), tuple(keep_min), tuple(keep_max),
+def table(name, columns, key, mode="insert", counters=(), keep_min=(), keep_max=(), first_by="",
+          successor=()) -> Table:
+    t = Table(name, tuple(columns), tuple(key), mode, tuple(counters), tuple(keep_min), tuple(keep_max), first_by,
               tuple(successor))
     TABLES[name] = t
     return t
@@ -71,7 +74,10 @@ PIPELINE_PROGRESS = table("pipeline_progress", [
 DISCOVERY_REQUESTS = table("discovery_requests", [
     ("request_id", "text"), ("enterprise_id", "text"), ("client_site", "text"), ("client", "text"),
     ("sent_at", "timestamp"), ("outcome", "text"), ("directory_servers", "json"), ("connected_networks", "json"),
-    ("replies", "bigint"), ("completed_at", "timestamp")], ["request_id"], mode="replace")
+    ("replies", "bigint"), ("completed_at", "timestamp")], ["request_id"], mode="replace", first_by="sent_at")
+# first_by: a copy of a request delivered after its request was completed and forgotten (MQSD
+# discovery operator) starts it again; the client decided on its first copy (MS-MQSD 3.1.6.1), so
+# that row stays, whichever is written first.
 SITE_TOPOLOGY = table("site_topology", [
     ("site_id", "text"), ("directory_server", "text"), ("ip_supported", "bool"), ("ipx_supported", "bool"),
     ("connected_networks", "json"), ("first_seen", "timestamp"), ("last_seen", "timestamp")],
@@ -218,6 +224,8 @@ class Sink:
                 f"{c} = {least}({t.name}.{c}, excluded.{c})" if c in t.keep_min else
                 f"{c} = {greatest}({t.name}.{c}, excluded.{c})" if c in t.keep_max else
                 f"{c} = excluded.{c}" for c in names if c not in t.key)
+            if t.first_by:
+                action += f" WHERE excluded.{t.first_by} <= {t.name}.{t.first_by}"
         return f"INSERT INTO {t.name} ({', '.join(names)}) VALUES ({marks}) {conflict} {action}"
 
     def _successor_sql(self, t: Table) -> str:
