@@ -2,6 +2,7 @@
 import logging
 import signal
 import sys
+import tempfile
 import time
 
 DEFAULT_SINK = "sqlite:///var/dirstream.db"
@@ -102,6 +103,7 @@ def _run(args) -> int:
     if args.topic_pattern:
         opts.pop("topics")
         opts["topicPattern"] = args.topic_pattern
+    opts["stopFile"] = os.path.join(tempfile.gettempdir(), f"dirstream-stop-{os.getpid()}-{time.time_ns()}")
     if not args.topics and not args.topic_pattern:
         try:
             _create_missing_raw_topics(args.bootstrap, settings_options, log)
@@ -138,11 +140,13 @@ def _run(args) -> int:
                 console.stop()
                 say(f"dirstream run: {exc}")
                 return 2
-            rc, stopped = _supervise(queries, log, say)
+            rc, stopped = _supervise(queries, log, say, opts.get("stopFile"))
             if rc or stopped:
                 break
     finally:
         console.stop()
+        if os.path.exists(opts["stopFile"]):
+            os.remove(opts["stopFile"])
         if metrics:
             metrics[0].stop()
             metrics[1].stop()
@@ -268,15 +272,19 @@ def _kafka_options(args) -> dict:
     return KafkaSettings.from_args(args.bootstrap, args.kafka_config, args.kafka_option).options
 
 
-def _supervise(queries, log, say=print) -> tuple[int, bool]:
+def _supervise(queries, log, say=print, stop_file: str | None = None) -> tuple[int, bool]:
     """Wait for the queries; the first Ctrl-C (or SIGTERM) stops them after the batches in flight.
-    Returns (exit code, whether a stop was asked for)."""
+    Returns (exit code, whether a stop was asked for). stop_file: the sources' option stopFile,
+    created on a stop so that no query starts another batch (a query with a backlog runs its
+    batches back to back and is otherwise never seen between two)."""
     stop = {"requested": False}
 
     def request_stop(signum, _frame):
         if stop["requested"]:
             raise KeyboardInterrupt
         stop["requested"] = True
+        if stop_file:
+            open(stop_file, "w").close()
         say("dirstream run: stopping after the current batch (Ctrl-C again to stop at once)")
 
     signal.signal(signal.SIGINT, request_stop)

@@ -24,9 +24,12 @@ batches. Options:
   gateProgressTopic  with gateUpstreamTopics and gatedTopics: the gated topics are released only up to
                      the progress another query published for its topics (streaming.spark.event_clock);
                      gateQueryId: only that query's progress records count
+  stopFile           a local file whose existence means a stop was asked for: no new micro-batch
+                     starts (the query goes idle after the batch in flight and is stopped between batches)
   kafka.<setting>    any Kafka client setting (security.protocol, sasl.*, ssl.*, ...)
 """
 import json
+import os
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -126,6 +129,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # with decoded envelopes, a capped micro-batch ends every partition at one event time
         self.align_by_time = options.get("decode", "false").lower() in ("true", "envelope")
         self._reset_logged: dict[tuple[str, int], int] = {}
+        self.stop_file = options.get("stopfile")
 
     # The driver-side Kafka client is not shipped to executors.
     def __getstate__(self):
@@ -182,6 +186,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return nest(self.offsets.ends())
 
     def latestOffset(self, start: dict, limit) -> dict:
+        if self.stop_file and os.path.exists(self.stop_file):
+            return start                        # a stop was asked for: nothing new (the query goes idle)
         begin = flatten(start)
         progress = self.gate.latest() if self.gate is not None else None     # before the end offsets
         if self.available_now_target is not None:
