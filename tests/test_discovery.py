@@ -1,11 +1,12 @@
 """The MQSD client rules (3.1.5.2, 3.1.6.1), sans-IO, and agreement with the simulator's ground truth."""
+import json
 import random
 from collections import Counter
 
 import pytest
 
-from streaming.operators.discovery import (FORGET_AFTER_MS, WAIT_FOR_RESPONSE_MS, Discovery, DiscoveryState, Orphan,
-                                           Outcome, Reply, Request, forget_at)
+from streaming.operators.discovery import (EARLY_REPLY_WAIT_MS, FORGET_AFTER_MS, WAIT_FOR_RESPONSE_MS, Discovery,
+                                           DiscoveryState, Orphan, Outcome, Reply, Request, forget_at)
 
 CN_LOCAL, CN_REMOTE = "e6eaba62-d1c6-11db-baac-0003ff4e2d22", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 REQ = Request(1_000, "e6eaba61-d1c6-11db-baac-0003ff4e2d22", "dcc51bf6-d4ad-4543-8739-71568e8f9128", "10.0.0.5")
@@ -77,7 +78,7 @@ def test_reply_before_its_request_is_held_then_correlated():
 
 
 def test_reply_without_request_is_recorded_not_lost():
-    out = run([("reply", remote(5_000)), ("timer", 5_000 + WAIT_FOR_RESPONSE_MS)])
+    out = run([("reply", remote(5_000)), ("timer", 5_000 + EARLY_REPLY_WAIT_MS)])
     assert len(out) == 1 and isinstance(out[0], Orphan) and "no request" in out[0].reason
 
 
@@ -137,15 +138,26 @@ def test_what_was_due_before_a_message_happens_first():
 def test_replies_whose_request_never_came_are_forgotten_once_orphaned():
     d, state = Discovery(), DiscoveryState()
     d.on_reply(state, "r1", remote(5_000))
-    (orphan,) = d.on_time(state, "r1", 5_001 + WAIT_FOR_RESPONSE_MS)
+    (orphan,) = d.on_time(state, "r1", 5_001 + EARLY_REPLY_WAIT_MS)
     assert "no request" in orphan.reason and state == DiscoveryState()
-    (done,) = run([("reply", local(1_050)), ("request", REQ)])      # within the wait: correlated
-    assert done.outcome == "local-site"
 
 
-def _mqsd_rows(seed: int) -> list[dict]:
+def test_a_request_held_back_minutes_behind_its_reply_still_counts_it():
+    """Its client sent the request before the reply came, and counts a reply within 15 s of the
+    request's first copy as delivered (the truth's rule): found by the short soak, where a request
+    came two minutes after its local-site reply, which had been orphaned after 15 s."""
+    d, state, out = Discovery(), DiscoveryState(), []
+    out += d.on_reply(state, "r1", local(1_050))
+    late_request = Request(1_050 + 120_000, REQ.enterprise_id, REQ.site_id, REQ.client)
+    out += d.on_time(state, "r1", late_request.arrival_ms) + d.on_request(state, "r1", late_request)
+    (done,) = out
+    assert done.outcome == "local-site" and done.connected_networks == [CN_LOCAL]
+
+
+def _mqsd_traffic(seed: int) -> tuple[list[dict], dict]:
     """The simulator's MQSD traffic under reordering and duplicates, its quiet tail included (where a
-    message held back in transport arrives minutes late), as the discovery operator's input rows."""
+    message held back in transport arrives minutes late), as the discovery operator's input rows;
+    and the truth: what each client saw."""
     from producers.simulator import Faults, Simulator
     from streaming.spark.decode import state_key
     from streaming.wire import WireError, decode
@@ -160,13 +172,14 @@ def _mqsd_rows(seed: int) -> list[dict]:
         rows.append({"state_key": key, "arrival_ms": env["arrival_time"], "arrival_time": env["arrival_time"],
                      "topic": "msmq.sd.raw", "partition": 0, "offset": offset, "body": env["body"],
                      "source_machine": env["source_machine"], "message_id": env["message_id"]})
-    return sorted(rows, key=lambda r: (r["arrival_ms"], r["offset"]))
+    return sorted(rows, key=lambda r: (r["arrival_ms"], r["offset"])), sim.truth()
 
 
-def _operator_output(rows: list[dict], ends: list[int]) -> Counter:
+def _operator_output(rows: list[dict], ends: list[int], drain: bool = False) -> Counter:
     """Every row the discovery operator writes when micro-batches end after these rows: as Spark runs
     it, a batch's rows (none late: they are in order), then its timers up to the watermark (the
-    greatest event time seen less the delay, 10 s)."""
+    greatest event time seen less the delay, 10 s). drain: event time then moves on far enough for
+    every timer to fire."""
     import pandas as pd
     from pyspark.sql.streaming.tws_tester import TwsTester
     from streaming.spark.discovery_query import DiscoveryProcessor
@@ -186,21 +199,36 @@ def _operator_output(rows: list[dict], ends: list[int]) -> Counter:
             watermark = int(batch["arrival_ms"].max()) - 10_000
             take(tester.setWatermark(watermark))
         start = end
+    if drain:
+        take(tester.setWatermark(watermark + 2 * EARLY_REPLY_WAIT_MS))
     return written
 
 
-@pytest.mark.parametrize("seed", [3, 8, 21])
-def test_the_operator_writes_the_same_rows_however_micro_batches_end(seed):
-    """A reply that arrives after its request was forgotten, or a request after its early replies'
-    wait, is taken the same way in one micro-batch as across several (the CI's short soak once found a
-    site_topology row that only a fresh --once wrote: a copy of a local reply held back minutes)."""
-    rows = _mqsd_rows(seed)
-    whole = _operator_output(rows, [])
-    assert sum(n for (table, _), n in whole.items() if table == "discovery_requests") > 20
+def _requests_as_the_sink_keeps_them(written: Counter) -> list[dict]:
+    from streaming.spark.stateful import parse_payload
+    kept: dict[str, dict] = {}
+    for row in (parse_payload(p) for (table, p) in written if table == "discovery_requests"):
+        if row["request_id"] not in kept or row["sent_at"] <= kept[row["request_id"]]["sent_at"]:
+            kept[row["request_id"]] = row                               # first_by sent_at
+    return [dict(r, directory_servers=json.dumps(r["directory_servers"]),
+                 connected_networks=json.dumps(r["connected_networks"])) for r in kept.values()]
+
+
+@pytest.mark.parametrize("seed", [3, 8, 21, 34, 55])
+def test_the_operator_writes_the_same_rows_however_micro_batches_end_and_agrees_with_the_clients(seed):
+    """A reply that arrives after its request was forgotten, a request minutes after its early replies,
+    a copy of a request after its first copy completed: taken the same way in one micro-batch as across
+    several (the CI's short soak once found a site_topology row that only a fresh --once wrote), and
+    the requests as the sink keeps them are what their clients saw (verify's comparison)."""
+    from streaming.apps.verify import compare_discovery
+    rows, truth = _mqsd_traffic(seed)
+    whole = _operator_output(rows, [], drain=True)
+    diffs, summary = compare_discovery(truth, _requests_as_the_sink_keeps_them(whole))
+    assert diffs == [] and len(truth["discovery"]) > 20, (summary, diffs[:4])
     rng = random.Random(seed)
-    for _ in range(6):
+    for _ in range(5):
         ends = sorted(rng.sample(range(1, len(rows)), rng.randint(2, len(rows) // 3)))
-        assert _operator_output(rows, ends) == whole
+        assert _operator_output(rows, ends, drain=True) == whole
 
 
 def _row(body: bytes, at: int, offset: int, request_id: str) -> dict:

@@ -3,7 +3,8 @@ actually delivered (reordered, duplicated, with corrupt copies), for every fault
 
 MQSD: the simulator's truth (producers/truth.py, the client rules written from the text) against
 the discovery operator (streaming/operators/discovery.py) fed every delivered MQSD message in the
-order the job reads them (arrival time, then delivery order); `verify`'s comparison is clean."""
+order the job reads them (arrival time, then delivery order), what was due before each message
+first, the first copy's outcome kept as the sink keeps it; `verify`'s comparison is clean."""
 import pytest
 
 from producers.simulator import Faults, Simulator
@@ -29,6 +30,7 @@ def _operator_results(envelopes: list[dict]) -> list[dict]:
     for request_id, items in keyed.items():
         state, out = DiscoveryState(), []
         for arrival, _order, env, packet in sorted(items, key=lambda i: (i[0], i[1])):
+            out += core.on_time(state, request_id, arrival)       # what was due before it, as the job does
             if packet.client_request is not None:
                 r = packet.client_request
                 out += core.on_request(state, request_id, Request(arrival, r.enterprise_id, r.site_id,
@@ -41,8 +43,10 @@ def _operator_results(envelopes: list[dict]) -> list[dict]:
                     list(r.connected_network_array), r.responding_site_id))
         if state.deadline_ms is not None:
             out += core.on_timer(state, request_id, state.deadline_ms)
+        outcomes = [o for o in out if isinstance(o, Outcome)]
+        first = min(outcomes, key=lambda o: o.request.arrival_ms, default=None)    # the sink keeps it
         rows += [{"request_id": o.request_id, "outcome": o.outcome, "directory_servers": o.directory_servers,
-                  "connected_networks": o.connected_networks} for o in out if isinstance(o, Outcome)]
+                  "connected_networks": o.connected_networks} for o in [first] if o is not None]
     return rows
 
 

@@ -12,7 +12,7 @@ populates its DirectoryServerList and ConnectedNetworkIdentifierList:
 - the timer (3.1.6.1): completes with the kept reply, or as no-reply when there is none.
 
 Time is event time (the envelope's arrival time, in ms), so a replay gives the same outcomes.
-Replies that arrive before their request (other Kafka partitions) wait up to the same 15 s. A
+Replies that arrive before their request (reordered in transport) wait up to 30 minutes. A
 completed request is remembered FORGET_AFTER_MS past its deadline, to recognise late replies (and
 learn the site a late local-site reply serves); then it is forgotten. What is due happens before a
 message that arrives after it (on_time), so the outcome never depends on where micro-batches end.
@@ -21,6 +21,11 @@ from dataclasses import dataclass, field
 
 WAIT_FOR_RESPONSE_MS = 15_000          # 3.1.2.1 Wait For Response Timer
 FORGET_AFTER_MS = 15_000               # not in the spec: how long a completed request is remembered
+# Not in the spec either: how long a reply waits for a request delivered after it. Its client sent the
+# request before, and counts the reply if it came within the wait of the request's first copy; a
+# request's copy can be held back in transport for minutes (as MSMQ's duplicate detection, [MS-MQQB]
+# 3.1.5.8.1, a 30-minute bound).
+EARLY_REPLY_WAIT_MS = 30 * 60_000
 
 
 @dataclass
@@ -88,7 +93,7 @@ class Discovery:
     def on_reply(self, state: DiscoveryState, request_id: str, reply: Reply) -> list:
         if state.request is None:
             state.early.append(reply)
-            state.deadline_ms = min(state.deadline_ms or 2**62, reply.arrival_ms + WAIT_FOR_RESPONSE_MS)
+            state.deadline_ms = min(state.deadline_ms or 2**62, reply.arrival_ms + EARLY_REPLY_WAIT_MS)
             return []
         if state.done:
             return [Orphan(request_id, reply, "late: the request had already completed")]
