@@ -261,3 +261,27 @@ def test_a_copy_of_a_request_after_it_was_forgotten_leaves_the_clients_outcome(t
         finally:
             sink.close()
         assert kept["outcome"] == "no-reply" and kept["connected_networks"] in ("[]", [])
+
+
+def test_a_request_behind_its_remote_reply_past_the_watermark_completes_without_a_timer_in_the_past():
+    """A remote-site reply restarts the wait from its own arrival (case D). Delivered minutes before
+    its request, the wait it starts has ended by the time the request comes, maybe behind the
+    watermark already: the operator completes it then (as the timer would have), and forgets it,
+    instead of registering a timer Spark has passed (TwsTester refuses one)."""
+    import pandas as pd
+    from pyspark.sql.streaming.tws_tester import TwsTester
+    from streaming.spark.discovery_query import DiscoveryProcessor
+    from streaming.spark.stateful import parse_payload
+    from streaming.wire import encode, mqsd
+    rid, at = "6bd48ea0-f9b2-4c4a-ae18-bb3c762286a8", 1_767_228_440_429
+    reply = encode("mqsd", mqsd.new_reply(rid, [CN_REMOTE], "e6eaba60-d1c6-11db-baac-0003ff4e2d22",
+                                          [mqsd.DirectoryServiceServerEntry(True, False, "nt4pec")]))
+    request = encode("mqsd", mqsd.new_request(REQ.enterprise_id, rid, REQ.site_id))
+    tester = TwsTester(DiscoveryProcessor(), timeMode="EventTime", eventTimeExtractor=lambda r: int(r["arrival_ms"]))
+    first = tester.testInPandas(rid, pd.DataFrame([_row(reply, at, 0, rid)]))
+    assert list(first["table_name"]) == ["site_topology"]              # it names its site's servers
+    tester.setWatermark(at + 50_000)                        # the other requests' traffic moved it on
+    out = tester.testInPandas(rid, pd.DataFrame([_row(request, at + 60_000, 1, rid)]))
+    (done,) = [parse_payload(p) for t, p in zip(out["table_name"], out["payload"]) if t == "discovery_requests"]
+    assert done["outcome"] == "remote-site" and done["directory_servers"] == ["nt4pec"]
+    assert tester.peekValueState("discovery", rid) is None          # completed and forgotten at once

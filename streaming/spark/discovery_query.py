@@ -60,6 +60,9 @@ class DiscoveryProcessor(StatefulProcessor):
                 out += self._topology(st, reply)
 
         (st, out), poisoned = apply_guarded(lambda: (self._load(), []), ordered_rows(rows), apply)
+        # what is due by the watermark happens now, as Spark's timers would after this batch's rows (a
+        # request held back behind its remote-site reply must not leave a timer in the past)
+        out += self.core.on_time(st, request_id, timerValues.getCurrentWatermarkInMs() + 1)
         yield from self._emit(st, out, [dead_letter("operator:discovery", "mqsd", row, exc) for row, exc in poisoned])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
