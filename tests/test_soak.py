@@ -14,10 +14,13 @@ SOAK = Path(__file__).parent / "bench" / "soak_job.py"
 
 def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     out = tmp_path / "soak"
+    # The job's start takes up to about 0.6 min on a loaded 2-core machine: lag is judged from minute
+    # 0.75, and the broker restart at minute 1 lies within what is judged. 1.5 minutes to catch up on
+    # half a minute stopped, of which starting the job again takes about half a minute.
     done = subprocess.run(
-        [sys.executable, str(SOAK), "--minutes", "1.5", "--rate", "150", "--broker-restart-at", "0.75",
-         "--stop-minutes", "0.5", "--catch-up-minutes", "1", "--max-records", "5000", "--sample-s", "10",
-         "--warmup-minutes", "0.5", "--memory-growth", "2.0", "--catch-up-memory", "2.0", "--quiet-s", "20", "--settle-minutes", "4", "--compare", "--out", str(out)],
+        [sys.executable, str(SOAK), "--minutes", "2", "--rate", "120", "--broker-restart-at", "1",
+         "--stop-minutes", "0.5", "--catch-up-minutes", "1.5", "--max-records", "5000", "--sample-s", "10",
+         "--warmup-minutes", "0.75", "--memory-growth", "2.0", "--catch-up-memory", "2.0", "--quiet-s", "20", "--settle-minutes", "4", "--compare", "--out", str(out)],
         capture_output=True, text=True, timeout=900)
     result = json.loads((out / "soak.json").read_text())
     verdicts = {v["text"].split(":")[0]: v for v in result["verdicts"]}
@@ -25,14 +28,18 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     assert "soak: PASS" in done.stdout
     # every criterion was checked, not only passed
     for query in ("raw", "discovery", "replication", "notifications"):
-        assert f"{query} lag after minute 0.5" in verdicts
+        assert f"{query} lag after minute 0.75" in verdicts
     for kind in ("broker", "driver", "jvm", "python workers"):
-        assert any(v.startswith(f"{kind} resident memory, minute 0.75 -> 1.") for v in verdicts)
+        assert any(v.startswith(f"{kind} resident memory, minute 1 -> 2") for v in verdicts)
     assert {"catch-up", "every micro-batch within --max-records 5,000", "after the run",
             "the tables equal a fresh checkpoint's --once over the same Kafka content"} <= set(verdicts)
     events = [what for _minute, what in result["events"]]
     assert "broker stopped" in events and "broker started again on its log directories" in events
     assert any(e.startswith("job started again") for e in events)
+    # Ctrl-C stopped the job behind the broker restart's backlog within seconds, not once it had read it
+    stopped = next(m for m, e in result["events"] if e == "job stopped (Ctrl-C)")
+    started = next(m for m, e in result["events"] if e.startswith("job started again"))
+    assert started - stopped < 0.5 + 0.5, result["events"]
     assert any(e.startswith("job stopped (Ctrl-C): everything read and quiet") for e in events)
     assert any(e.startswith("event time moved on: 4 copies of the last notification") for e in events)
     behind = sum(n or 0 for n in result["catch_up"]["behind"].values())
