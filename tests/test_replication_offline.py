@@ -308,3 +308,44 @@ def test_what_the_protocol_cannot_bring_back_is_named_by_the_truth_and_nothing_e
         assert all(" is " in d or " missing " in d for d in explained)
         explained_total += len(explained)
     assert explained_total > 0, "the runs must reach the protocol's limit for this test to mean anything"
+
+
+def test_a_value_whose_change_was_discarded_as_stale_after_a_sync_is_the_protocols_limit(tmp_path):
+    """A replica holds a change pending (a gap before it), asks for a sync, and the authority, answering
+    after a later change of the same object, leaves the object out of the window (3.2.7.3); the sync
+    reply moves LastSeqNumber past the pending change, which is discarded as stale, and the later
+    change, partial, does not carry the value. Found by the short soak (bsc2-1 kept a queue's old
+    label). The judge explains a differing value only when the change that set it was discarded as
+    stale (or dropped) at that replica, not when it was applied."""
+    import json
+    from streaming.apps.verify import check_replication
+    from streaming.sinks import open_sink
+    sim = Simulator(seed=5, faults=Faults(reorder=0.1, duplicate=0.05), op_interval_ms=(100, 500))
+    job = OfflineJob(pec_name="pec0")
+    job.feed([m.envelope for m in sim.messages(3000)])
+    job.run_until_quiet(rounds=1000)
+    truth = sim.truth()
+    objects = job.rows("directory_objects")
+    args = (job.rows("deleted_objects"), job.rows("replication_partitions"))
+    assert compare_replication(truth, objects, *args, [], [])[0] == []
+    # the lost value, as the soak found it: one replica's copy keeps an older label
+    def props_of(o) -> dict:
+        return json.loads(o["properties"]) if isinstance(o["properties"], str) else dict(o["properties"])
+
+    row = next(o for o in objects if not o["deleted"] and o["server"] != "pec0" and "PROPID_Q_LABEL" in props_of(o))
+    props = props_of(row)
+    props["PROPID_Q_LABEL"] = "an older label"
+    tampered = [dict(o, properties=json.dumps(props)) if o is row else o for o in objects]
+    setter = truth["set_by"][row["object_guid"]]["properties"]["PROPID_Q_LABEL"]
+    pending = {"server": row["server"], "partition_id": row["partition_id"], "seq_number": setter}
+    for status, judged in (("stale", "explained"), ("dropped", "explained"), ("applied", "a difference")):
+        sink = open_sink(f"sqlite:///{tmp_path}/{status}.db")          # verify reads the sink's tables
+        try:
+            assert sink.write_batch("q", 0, {
+                "directory_objects": [dict(o, properties=props_of(o)) for o in tampered], "deleted_objects": args[0], "replication_partitions": args[1],
+                "pending_changes": [dict(pending, status=status, previous_seq_number=None, command="update",
+                                         object=row["object_guid"])]})
+            diffs, _, explained = check_replication(truth, sink)
+        finally:
+            sink.close()
+        assert (len(explained), len(diffs)) == ((1, 0) if judged == "explained" else (0, 1)), (status, diffs)

@@ -39,8 +39,9 @@ def cmd_verify(args) -> int:
                                      "notifications came in, values no replica received; not failures):"
                                      if name == "notifications" else
                                      "explained by the protocol's own limit (a change lost with a dropped "
-                                     "propagation that a later change of the object keeps out of every sync "
-                                     "reply, MC-MQDSRP 3.2.7.3; not failures):"))
+                                     "propagation, or dropped or discarded as stale while pending, that a later "
+                                     "change of the object keeps out of every sync reply, MC-MQDSRP 3.2.7.3; "
+                                     "not failures):"))
                 for d in stale:
                     print(f"{name}:   {d}")
             print(f"{name}: {summary}, {len(differences)} differences")
@@ -85,7 +86,8 @@ def check_replication(truth: dict, sink, strict: bool = False) -> tuple[list[str
     diffs, summary = compare_replication(
         truth, sink.query("SELECT * FROM directory_objects"), sink.query("SELECT * FROM deleted_objects"),
         sink.query("SELECT * FROM replication_partitions"), explained,
-        sink.query("SELECT server, partition_id, seq_number FROM pending_changes WHERE status = 'dropped'"))
+        sink.query("SELECT server, partition_id, seq_number FROM pending_changes "
+                   "WHERE status IN ('dropped', 'stale')"))
     if explained:
         summary += f", {len(explained)} values lost to the protocol's limit"
     return diffs, summary, explained or []
@@ -105,9 +107,11 @@ def compare_replication(truth: dict, objects: list[dict], deleted: list[dict], p
 
     With `explained` (a list), a missing object whose creation, or a property whose last value, the
     server could not get goes there instead of into the differences (README: the protocol's own
-    limit): the change was lost with a dropped propagation (the truth's `unreachable`) or dropped
-    from the server's full pending collection (3.1.7.2.2: `dropped_pending`, pending_changes rows
-    with status dropped), and a later change of the object keeps it out of every sync reply."""
+    limit): the change was lost with a dropped propagation (the truth's `unreachable`), dropped from
+    the server's full pending collection (3.1.7.2.2), or held pending and discarded as stale once a
+    sync reply moved LastSeqNumber past it (`dropped_pending`: pending_changes rows with status
+    dropped or stale), and a later change of the object keeps it out of every sync reply (3.2.7.3:
+    an authority answering after that change leaves the object out of the window)."""
     live, gone, parts = {}, {}, {}
     for o in objects:
         if not as_bool(o["deleted"]):
@@ -139,7 +143,7 @@ def compare_replication(truth: dict, objects: list[dict], deleted: list[dict], p
 
 def lost_values(truth: dict, server: str, pid: str, dropped_pending) -> dict[str, dict]:
     """Object GUID -> {"created": bool, "properties": names}: what `server` could not get of partition
-    `pid`, lost in transit or dropped from its full pending collection."""
+    `pid`, lost in transit, dropped from its full pending collection, or discarded as stale."""
     out = {guid: {"created": v["created"], "properties": set(v["properties"])}
            for guid, v in truth.get("unreachable", {}).get(server, {}).items()}
     dropped = {d["seq_number"] for d in dropped_pending if d["server"] == server and d["partition_id"] == pid}
