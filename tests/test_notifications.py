@@ -661,3 +661,29 @@ def test_of_two_copies_of_one_change_a_read_takes_the_change_as_first_propagated
     assert qm.read(guid(1), T0 + 30).properties["PROPID_Q_LABEL"] == "as propagated"
     qm.directory_object(guid(1), queue_version(1, T0 + 40, 6, deleted=True))
     assert qm.read(guid(1), T0 + 50).deleted
+
+
+def test_a_change_never_brings_in_a_queue_that_no_refresh_found():
+    """As seen in a short soak, in its shortest form: a queue's create and a change came in a window a
+    refresh replaced (note <3>) while no replica held it; the next window (none of which named it) is
+    a refresh too, fired the instant the first refresh's read of the queue gave up; then a replica
+    shows the queue; then a change of it comes. 3.2.5.2 Event 2 updates "the corresponding Queue ADM
+    element instance in the QueueCollection": none, so it is ignored and the queue stays absent
+    (verify explains it as replica lag: no refresh or create read came after the replica had it)."""
+    qm = batched(refresh_threshold=2)
+    qm.receive(v2(1, guid(1), T0, message_id="create"))
+    qm.receive(v2(2, guid(1), T0 + 1, message_id="change1"))
+    qm.on_timer(T0 + MINUTE)                                        # refresh 1: no replica holds q1
+    assert guid(1) in qm.s.unresolved and guid(1) not in qm.s.queues
+    qm.receive(v2(2, guid(2), T0 + 5 * MINUTE, message_id="other1"))
+    qm.receive(v2(2, guid(3), T0 + 5 * MINUTE + 1, message_id="other2"))
+    qm.on_timer(T0 + 16 * MINUTE)                                   # refresh 2, the instant q1's wait ends
+    assert qm.batches[-1].refresh_all and guid(1) not in qm.s.unresolved
+    qm.directory_object(guid(1), queue_version(1, T0 + 17 * MINUTE, 9))   # sync0 brings it to a replica
+    qm.receive(v2(2, guid(1), T0 + 18 * MINUTE, message_id="change2"))
+    qm.on_timer(T0 + 31 * MINUTE)                                   # a plain batch: 1 notification
+    outcomes = {o.message_id: (o.outcome, o.reason) for o in qm.outcomes}
+    assert outcomes["create"][0] == outcomes["change1"][0] == "superseded-by-refresh"
+    assert outcomes["change2"] == ("ignored", "no such queue in the QueueCollection (3.2.5.2 Event 2 updates "
+                                              "the corresponding Queue; only Event 1 creates)")
+    assert guid(1) not in qm.s.queues and not qm.batches[-1].refresh_all

@@ -40,7 +40,7 @@ def _finished(seed: int, drop: float = 0.03, count: int = 1500, quiet_ms: int = 
 def _judged(job: OfflineJob, truth: dict, queues=None, managers=None, strict: bool = False):
     return compare_notifications(truth, managers if managers is not None else job.rows("queue_managers"),
                                  queues if queues is not None else job.rows("qm_queues"), job.rows("notifications"),
-                                 None if strict else job.history)
+                                 None if strict else job.history, job.rows("notification_batches"))
 
 
 # ---------------------------------------------------------------- the judge on hand-made histories
@@ -233,12 +233,12 @@ def test_the_explanations_cannot_hide_a_tampered_value_or_a_queue_kept_after_its
 
 
 def test_a_value_the_replica_read_had_lost_is_explained_and_one_it_should_have_had_is_not():
-    """The soak (issue 31): a replica that lost a change (a dropped propagation that a later partial
+    """Seen in the soak: a replica that lost a change (a dropped propagation that a later partial
     update keeps out of every sync reply, MC-MQDSRP 3.2.7.3) holds a version without that value;
     a read that took that replica's copy (the first to arrive) returns what it holds. Explained
     when no replica held the authority's value in a version newer than the one read: the same
     version reached another replica with it, none ever had it, or only an older version had it
-    (the short soak, issue 31); not when a newer version that held it had arrived before the read."""
+    (the short soak); not when a newer version that held it had arrived before the read."""
     lost = [_version("dc1", 0, 5, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 1}, "created"),
             _version("dc1", 100, 7, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 1}),
             _version("dc2", 200, 7, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 2})]
@@ -263,10 +263,11 @@ MINUTES = 60_000
 
 
 def _missing(received_min: float | None, last_processed_min: float, notified: list[tuple],
-             waiting: int = 0):
+             waiting: int = 0, refreshes: tuple = ()):
     """q1 missing from m1: the replicas first received it at received_min (None: never), the queue
     manager last processed at last_processed_min, the notifications about q1 (outcome, minute[,
-    action]; create queue unless given)."""
+    action]; create queue unless given), its refreshes (minutes; without them, the processing times
+    of the notifications superseded by a refresh)."""
     from streaming.operators.replication_rows import ts
     history = [] if received_min is None else [
         _version("dc1", int(received_min * MINUTES), 5, {"PROPID_Q_PATHNAME": "qm1\\q", "PROPID_Q_QUOTA": 2},
@@ -275,22 +276,24 @@ def _missing(received_min: float | None, last_processed_min: float, notified: li
     rows = [{"queue_manager": "m1", "message_id": f"n{i}", "object_guid": "q1", "outcome": outcome,
              "action": action[0] if action else "create queue", "processed_at": ts(T0 + int(minute * MINUTES))}
             for i, (outcome, minute, *action) in enumerate(notified)]
-    return compare_notifications(_truth(), [manager], [], rows, history)
+    batches = [{"queue_manager": "m1", "fired_at": ts(T0 + int(minute * MINUTES)), "refresh_all": True}
+               for minute in refreshes] or None
+    return compare_notifications(_truth(), [manager], [], rows, history, batches)
 
 
 def test_a_queue_no_replica_held_by_the_last_read_that_could_find_it_is_missing_by_replica_lag():
-    """The soak (issue 31): a queue's creation came in a window a refresh replaced while the replicas,
+    """Seen in the soak: a queue's creation came in a window a refresh replaced while the replicas,
     reset by sync0, did not hold it, and they held it only after the queue manager's last read.
     Its absence is explained; not when a replica held it by a read that could have found it: the
-    queue manager's last processing, or the wait of the refresh's read of it (15 minutes)."""
-    diffs, summary, explained = _missing(120, 60, [("superseded-by-refresh", 0)])
+    queue manager's last refresh, or the wait of the refresh's read of it (15 minutes)."""
+    diffs, summary, explained = _missing(120, 60, [("superseded-by-refresh", 0)], refreshes=(0, 60))
     assert diffs == [] and explained == [
         "qm1 (v2): missing queue q1 (qm1\\q): stale by replica lag: no replica held it by "
         "2026-01-01T01:00:00.000+00:00, the last read that could have found it; the replica dc1 received it at "
         "2026-01-01T02:00:00.000+00:00"]
     assert "1 stale by replica lag" in summary
     missing = ["qm1 (v2): missing queue q1 (qm1\\q)"]
-    assert _missing(50, 60, [("superseded-by-refresh", 0)])[0] == missing          # held before the last read
+    assert _missing(50, 60, [("superseded-by-refresh", 0)], refreshes=(0, 60))[0] == missing  # held by a refresh
     assert _missing(62, 60, [("superseded-by-refresh", 50)])[0] == missing         # within the refresh read's wait
     assert _missing(120, 60, [("ignored", 30)])[0] == []                            # its read gave up at 30
     assert _missing(120, 60, [("applied", 30)])[0] == missing                      # applied, then lost: a defect
@@ -329,3 +332,25 @@ def test_the_explanations_cannot_hide_a_queue_a_replica_held_in_time():
     for dropped in random.Random(5).sample(held, 20):
         diffs, _, _ = _judged(job, truth, queues=[q for q in queues if q is not dropped])
         assert any(f"missing queue {dropped['queue_guid']}" in d for d in diffs), dropped["queue_guid"]
+
+
+def test_a_processing_that_is_no_refresh_is_not_a_read_that_could_add_a_queue():
+    """As seen in a short soak (qm1-2, queue qefe815cd): its create and a change came in a window
+    of 596 that a refresh replaced at 00:31:29 while every replica of its site partition was stalled
+    behind a gap; the next window was a refresh too (00:46:29, the instant the first refresh's read of
+    the queue gave up, and none of its 241 named the queue); the sync0 reply brought the queue to
+    every replica at 00:47:46; a change of it (arrival 00:48:44) was ignored at 01:01:29, the last
+    processing, in a batch of 42: Event 2 updates a queue of the QueueCollection and never adds one
+    (MS-MQCN 3.2.5.2). No read that could add the queue came after 00:47:46: its absence is replica
+    lag. A refresh after 00:47:46, or a replica holding it before 00:46:29, is a difference."""
+    create, change = ("superseded-by-refresh", 31.5), ("superseded-by-refresh", 31.5, "change queue")
+    late_change = ("ignored", 61.5, "change queue")
+    diffs, summary, explained = _missing(47.8, 61.5, [create, change, late_change], refreshes=(16.5, 31.5, 46.5))
+    assert diffs == [] and "1 stale by replica lag" in summary
+    assert "no replica held it by 2026-01-01T00:46:30.000+00:00, the last read that could have found it; the " \
+           "replica dc1 received it at 2026-01-01T00:47:48.000+00:00" in explained[0]
+    missing = ["qm1 (v2): missing queue q1 (qm1\\q)"]
+    assert _missing(47.8, 61.5, [create, change, late_change], refreshes=(31.5, 46.5, 61.5))[0] == missing
+    assert _missing(45, 61.5, [create, change, late_change], refreshes=(31.5, 46.5))[0] == missing
+    # without the batches, the refreshes come from the notifications they replaced (here only 31.5)
+    assert _missing(47.8, 61.5, [create, change, late_change])[0] == []

@@ -208,7 +208,8 @@ def check_notifications(truth: dict, sink, strict: bool = False) -> tuple[list[s
         "WHERE object_type IN ('queue', 'machine')")
     return compare_notifications(truth, sink.query("SELECT * FROM queue_managers"),
                                  sink.query("SELECT * FROM qm_queues"), sink.query("SELECT * FROM notifications"),
-                                 history)
+                                 history, sink.query("SELECT queue_manager, fired_at, refresh_all "
+                                                     "FROM notification_batches"))
 
 
 # v1 updates change only these queue attributes (3.2.5.1: "All other PROPIDs ... MUST be ignored"),
@@ -219,7 +220,8 @@ V2_COMPARED = V1_COMPARED + ("label", "modify_time")
 
 
 def compare_notifications(truth: dict, managers: list[dict], queues: list[dict], notifications: list[dict],
-                          history: list[dict] | None = None) -> tuple[list[str], str, list[str]]:
+                          history: list[dict] | None = None,
+                          batches: list[dict] | None = None) -> tuple[list[str], str, list[str]]:
     """(differences, summary, differences explained). Without history (strict), every attribute is
     compared with the authority's final value; with directory_history's rows, a value read from the
     directory is judged by the version the replicas held at the read, and one a notification set by
@@ -234,6 +236,15 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
         at = epoch_ms(n["processed_at"])
         outcomes[n["message_id"]], processed[n["message_id"]] = n["outcome"], at
         about.setdefault((n["queue_manager"], n["object_guid"]), []).append((n["action"], n["outcome"], at))
+    # When each queue manager refreshed (note <3>): the only reads that bring in a queue no notification
+    # it processed created. From notification_batches; without them, from the notifications a refresh
+    # replaced (each carries the refresh's time).
+    refreshed: dict[str, list[int]] = {}
+    fired = [(b["queue_manager"], b["fired_at"]) for b in batches if as_bool(b["refresh_all"])] \
+        if batches is not None else \
+        [(n["queue_manager"], n["processed_at"]) for n in first if n["outcome"] == "superseded-by-refresh"]
+    for machine_id, at in fired:
+        refreshed.setdefault(machine_id, []).append(epoch_ms(at))
     diffs = []
     by_id = {m["machine_id"]: m for m in managers}
     live: dict[str, dict[str, dict]] = {}
@@ -261,7 +272,7 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
             row = mine.get(guid)
             if row is None:
                 if not (judge and not got.get("notifications_waiting") and judge.missing(
-                        where, f"queue {guid} ({q['path_name']})", guid, epoch_ms(got.get("last_processed_at")),
+                        where, f"queue {guid} ({q['path_name']})", guid, refreshed.get(machine_id, []),
                         about.get((machine_id, guid), []))):
                     diffs.append(f"{where}: missing queue {guid} ({q['path_name']})")
                 continue

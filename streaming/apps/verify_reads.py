@@ -164,7 +164,7 @@ class ReadJudge:
             # one could return it. The replicas had lost the change that set it (verify's replication
             # check names it; README: the protocol's own limit), in the copy the read took or in all
             # of them (an older version may have held it: a later change the authority made, then
-            # the one that set it back, lost; issue 31's short soak)
+            # the one that set it back, lost; seen in the short soak)
             elsewhere = self.history.ever(read.guid, lambda v: v.seq == held.seq
                                           and v.properties.get(propid) == authority)
             once = self.history.ever(read.guid, lambda v: v.properties.get(propid) == authority)
@@ -191,17 +191,21 @@ class ReadJudge:
         later = self.history.first_after(read.guid, held.seq - 1, lambda v: v.deleted)
         return self._lagged(where, f"{what} is live, the authority deleted it", read, later)
 
-    def missing(self, where: str, what: str, guid: str, last_read_ms: int | None,
+    def missing(self, where: str, what: str, guid: str, refreshes: list[int],
                 reads: list[tuple[str, str, int]]) -> bool:
         """A queue the authority holds but the queue manager does not: True if no read could have
-        found it. Every read is as of a processing time, the refresh's included (note <3>), so the
-        last is at the queue manager's last processing; a read of a notification that named the
-        queue and found no replica holding it waits UNRESOLVED_WAIT_MS more (`reads`: the action,
-        outcome and processing time of each notification about the queue). The soak (issue 31):
-        replicas that fall behind the purge horizon are reset by sync0 (MC-MQDSRP 3.3.7.5) and hold
-        a new queue only when it ends."""
+        found it. Only two kinds of read add a queue to the QueueCollection: a refresh (note <3>:
+        every public queue the queue manager owns, as stored in the directory when the timer
+        expires; `refreshes`: when this queue manager's refreshes fired), and the read of a create
+        (3.2.5.2 Event 1; a v1 create carries the queue and needs none). A read of a notification
+        that named the queue and found no replica holding it waits UNRESOLVED_WAIT_MS more (`reads`:
+        the action, outcome and processing time of each notification about the queue). Any other
+        processing is no such read (seen in a soak: the last processing, a batch of 42
+        notifications at 01:01:29, came after a replica received the queue, but only ignored a
+        change of it). In a soak, replicas that fall behind the purge horizon are reset
+        by sync0 (MC-MQDSRP 3.3.7.5) and hold a new queue only when it ends."""
         from ..operators.notifications import UNRESOLVED_WAIT_MS
-        ends = [last_read_ms] if last_read_ms is not None else []
+        ends = list(refreshes)
         for action, outcome, processed_ms in reads:
             if outcome in ("discarded", "duplicate"):
                 continue
