@@ -82,4 +82,4 @@ def output(proc) -> str:
 
 def stop(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGINT)              # Ctrl-C: stops after the current batch
-    assert proc.wait(120) == 0, output(proc)[-5000:]
+    assert proc.wait(600) == 0, output(proc)[-5000:]

@@ -203,7 +203,7 @@ def test_a_live_capture_publishes_what_crosses_the_interface_until_ctrl_c(broker
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300
         line = proc.stderr.readline()
         while "capturing on lo" not in line and time.monotonic() < deadline and proc.poll() is None:
             line = proc.stderr.readline()

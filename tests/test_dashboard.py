@@ -39,7 +39,7 @@ def serve(sink: str, tmp_path: Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([exe, "dashboard", "--sink", sink, "--port", str(port), "--refresh", "2"], stdout=log,
                             stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(base + "/pipeline", timeout=2)
@@ -47,14 +47,18 @@ def serve(sink: str, tmp_path: Path) -> tuple[subprocess.Popen, str]:
         except OSError:
             assert proc.poll() is None, (tmp_path / f"dashboard-{port}.log").read_text()
             time.sleep(0.3)
-    raise AssertionError("the dashboard did not answer within 60 s")
+    raise AssertionError("the dashboard did not answer within 300 s")
 
 
-def text_of(driver, ident: str, timeout: float = 30) -> str:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as EC
+# One script finds the element and reads its text: the page re-renders at every refresh, and an
+# element found by one call can be replaced before a second call reads it.
+READ_TEXT = "const e = document.getElementById(arguments[0]); return e === null ? null : [e.innerText.trim()];"
+
+
+def text_of(driver, ident: str, timeout: float = 120) -> str:
+    """The element's text, read in one step once the element exists (the bound only a hang exceeds)."""
     from selenium.webdriver.support.ui import WebDriverWait
-    return WebDriverWait(driver, timeout).until(EC.presence_of_element_located((By.ID, ident))).text
+    return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(READ_TEXT, ident))[0]
 
 
 def visit(driver, base: str, page: str, tmp_path: Path, ready: str) -> None:
@@ -80,7 +84,7 @@ def _as_of(browser, sink, server: str) -> None:
     assert _submitted(browser, "dir-as-of", "yesterday", "dir-as-of-error", lambda text: "not a time" in text)
 
 
-def _submitted(browser, box: str, value: str, shows: str, wanted, timeout: float = 60) -> bool:
+def _submitted(browser, box: str, value: str, shows: str, wanted, timeout: float = 300) -> bool:
     """Type a value into an input and press Enter until the page shows what is wanted: the page
     re-renders at every refresh, which can replace the input while it is typed into (its value is
     then kept: persistence) or the element while it is read."""
@@ -95,7 +99,8 @@ def _submitted(browser, box: str, value: str, shows: str, wanted, timeout: float
             field.send_keys(value + Keys.ENTER)
             for _ in range(10):
                 time.sleep(0.5)
-                if wanted(browser.find_element(By.ID, shows).text):
+                shown = browser.execute_script(READ_TEXT, shows)
+                if shown is not None and wanted(shown[0]):
                     return True
         except (StaleElementReferenceException, NoSuchElementException):
             continue
@@ -113,7 +118,7 @@ def test_every_page_shows_the_sink(broker, tmp_path, browser):
     truth_file = next(tmp_path.glob("truth-*.json"))
     url = f"sqlite:///{tmp_path}/sink.db"
     proc = job(broker, url, tmp_path / "ckpt")
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600
     while True:                                       # until the operators have caught up with the truth
         assert proc.poll() is None, output(proc)[-5000:]
         done = dirstream("verify", "--truth", str(truth_file), "--sink", url) \

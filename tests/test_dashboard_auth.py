@@ -71,7 +71,7 @@ def _serve(sink: str, auth_file: Path, tmp_path: Path) -> tuple[subprocess.Popen
     proc = subprocess.Popen([exe, "dashboard", "--sink", sink, "--host", "0.0.0.0", "--port", str(port),
                              "--auth-file", str(auth_file)], stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if _status(base + "/pipeline") == 401:
             return proc, base

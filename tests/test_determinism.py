@@ -102,7 +102,7 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path):
     proc.wait(30)
     proc = run(broker, slowed, tmp_path / "c_slowed", "--trigger", "300ms", "--max-records", "1200", env=slow)
     try:
-        _wait_for(lambda: not differences(expected, dump(slowed)), proc, timeout=300,
+        _wait_for(lambda: not differences(expected, dump(slowed)), proc, timeout=600,
                   why=lambda: differences(expected, dump(slowed)))
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -258,7 +258,7 @@ def _late_rows(url: str) -> int:
         s.close()
 
 
-def _wait_for(condition, proc, timeout: float = 180, why=lambda: "") -> None:
+def _wait_for(condition, proc, timeout: float = 600, why=lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert proc.poll() is None, open(proc.log_path).read()[-5000:]

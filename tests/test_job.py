@@ -141,7 +141,7 @@ def test_new_topics_matching_the_pattern_are_picked_up(spark, broker, tmp_path):
     assert sink_totals(url)["rows"] == 35
 
 
-def _wait_for_rows(url: str, n: int, timeout: float = 120) -> None:
+def _wait_for_rows(url: str, n: int, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -205,7 +205,7 @@ def test_ctrl_c_stops_a_job_with_a_backlog_after_the_batch_in_flight(broker, tmp
     url, ckpt = f"sqlite:///{tmp_path}/sink.db", tmp_path / "ckpt"
     job = _job(broker, url, ckpt, "--topics", topic, "--max-records", "100", "--trigger", "10ms")
     try:
-        _wait_for_rows(url, 500, timeout=180)
+        _wait_for_rows(url, 500, timeout=600)
         job.send_signal(signal.SIGINT)
         assert job.wait(60) == 0, _output(job)
     finally:
@@ -481,7 +481,7 @@ def test_the_progress_listener_reads_the_json_progress_as_pyspark_reads_the_java
              .writeStream.queryName("progress_check").outputMode("update").format("memory")
              .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="500 milliseconds").start())
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline and len(set(seen["java"]) & set(seen["json"])) < 3:
             time.sleep(0.2)
     finally:

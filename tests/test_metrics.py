@@ -4,8 +4,8 @@ One continuous job reads simulated traffic in which one BSC stops receiving its 
 part-way; Prometheus (Debian's package, started here with the project's rules, their windows scaled
 down) scrapes the job. The alert for a replica falling behind fires for that BSC; once the job is
 idle, the values Prometheus holds equal the sink's rows (counted here in SQL) and the dashboard's
-figures; 1,000 scrapes in a loop while the job runs leave its micro-batches as fast as without."""
-import statistics
+figures; 1,000 scrapes in a loop while the job runs are all answered, and a scrape never waits for a
+batch's lock nor a batch for a scrape's (tested on the endpoint itself, not by timing batches)."""
 import threading
 import time
 import urllib.request
@@ -81,7 +81,7 @@ def test_prometheus_scrapes_the_job_fires_the_lag_alert_and_agrees_with_the_sink
         with PrometheusServer(tmp_path / "prometheus", f"127.0.0.1:{port}", RULES, time_scale=0.05) as prom:
             prom.wait_for(lambda: _values(prom, "dirstream_batches_total", "query").get(("dirstream",), 0) >= 3,
                           timeout=180, what="the job's first micro-batches in Prometheus")
-            _storm_leaves_batches_as_fast(sink_url, port)
+            _storm_is_answered(sink_url, port)
             firing = prom.wait_for(lambda: [a for a in prom.alerts() if a["labels"]["alertname"] ==
                                             "DirstreamReplicaLagGrowing" and a["state"] == "firing"],
                                    timeout=240, what="DirstreamReplicaLagGrowing firing")
@@ -95,22 +95,50 @@ def test_prometheus_scrapes_the_job_fires_the_lag_alert_and_agrees_with_the_sink
     assert "Prometheus metrics on http://127.0.0.1:" in job_runs.output(proc)
 
 
-def _storm_leaves_batches_as_fast(sink_url: str, port: int, span: float = 20.0) -> None:
-    """Every query's micro-batches during 1,000 back-to-back scrapes against the same span before."""
-    quiet_from = time.time()
-    time.sleep(span)
+def _storm_is_answered(sink_url: str, port: int) -> None:
+    """1,000 back-to-back scrapes while the job runs are all answered; the batch durations before and
+    during are printed as figures only (a loaded machine slows any batch: why a scrape cannot is
+    tested by how the endpoint is built, below)."""
     storm_from = time.time()
     for _ in range(1_000):
         assert _scrape(port).startswith(b"# HELP")
     scraped = time.time() - storm_from
-    time.sleep(max(span - scraped, 0))
-    quiet, stormy = _durations(sink_url, quiet_from, storm_from), _durations(sink_url, storm_from, time.time())
-    print(f"scrape storm: 1,000 scrapes in {scraped:.1f} s; batch durations (s) before {quiet}, during {stormy}")
-    before = [d for ds in quiet.values() for d in ds]
-    during = [d for ds in stormy.values() for d in ds]
-    assert len(before) >= 2 and len(during) >= 2, (quiet, stormy)
-    assert statistics.median(during) <= 1.5 * statistics.median(before) + 1.0, (quiet, stormy)
-    assert max(during) <= 1.5 * max(before) + 1.0, (quiet, stormy)
+    quiet = _durations(sink_url, storm_from - 60, storm_from)
+    print(f"scrape storm: 1,000 scrapes in {scraped:.1f} s; batch durations (s) in the minute before {quiet}")
+
+
+def test_scrapes_never_wait_for_a_batch_nor_a_batch_for_a_scrape(tmp_path):
+    """A scrape never takes a lock a micro-batch holds: 1,000 scrapes, each after a new commit so that
+    each renders anew, are answered while a batch holds the sink's write transaction open; and the
+    calls a batch makes into the metrics return while a scrape holds the rendering lock."""
+    import sqlite3
+    from streaming.apps.metrics import JobMetrics, MetricsServer
+    path = tmp_path / "sink.db"
+    open_sink(f"sqlite:///{path}").close()
+    metrics = JobMetrics(f"sqlite:///{path}", refresh_s=0.05, min_refresh_s=0.0)
+    server = MetricsServer(metrics, "127.0.0.1", free_port())
+    metrics.start()
+    server.start()
+    port = server.address[1]
+    batch = sqlite3.connect(path, isolation_level=None)
+    try:
+        batch.execute("BEGIN EXCLUSIVE")              # a micro-batch's write transaction, held open
+        batch.execute("INSERT INTO dead_letters (topic, kafka_partition, kafka_offset) VALUES ('t', 0, 0)")
+        for n in range(1_000):
+            metrics.batch("dirstream", n, {"duration_ms": 5}, {}, [])
+            assert _scrape(port).startswith(b"# HELP")
+        assert metrics.generation >= 1_000
+        with server._lock:                            # a scrape rendering the text
+            calls = threading.Thread(target=lambda: (metrics.batch("dirstream", 1_000, {"duration_ms": 5}, {}, []),
+                                                     metrics.progress({"query_name": "dirstream", "duration_ms": 5})))
+            calls.start()
+            calls.join(120)                           # only a hang exceeds this
+            assert not calls.is_alive(), "a batch's call into the metrics waited for a scrape"
+    finally:
+        batch.execute("ROLLBACK")
+        batch.close()
+        server.stop()
+        metrics.stop()
 
 
 def _idle(prom: PrometheusServer, sink_url: str) -> None:

@@ -79,7 +79,7 @@ def test_replay_respond_run_and_verify_work_unchanged_on_the_secured_broker(secu
                         "--outbound-topic", "none", "--metrics-port", "0")
     published = json.loads(replayed.stdout)["published"]
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline and _raw_rows(continuous) < published:
             assert proc.poll() is None, job_runs.output(proc)[-3000:]
             time.sleep(2)
@@ -138,12 +138,11 @@ def test_bad_security_settings_stop_the_job_and_the_producers_with_one_clear_lin
     options = secured.client_options()
     config = _properties(tmp_path / "bad.properties", make(options, tmp_path))
     sink, checkpoint = tmp_path / "sink.db", tmp_path / "ckpt"
-    started = time.monotonic()
     job = dirstream("run", "--bootstrap", secured.bootstrap, "--kafka-config", config, "--sink", f"sqlite:///{sink}",
-                    "--checkpoint", str(checkpoint), "--once", "--metrics-port", "0", timeout=120)
-    took = time.monotonic() - started
+                    "--checkpoint", str(checkpoint), "--once", "--metrics-port", "0", timeout=600)
     console = job.stdout + job.stderr
-    assert job.returncode == 2 and took < 30, (took, console)
+    assert job.returncode == 2, console
+    assert "did not answer" not in console and " within " not in console, console   # refused, not waited out
     assert expected in console, console
     assert not sink.exists() and not checkpoint.exists()
     assert "Traceback" not in console and "at org.apache" not in console and "Exception" not in console

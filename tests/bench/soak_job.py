@@ -76,6 +76,8 @@ PROCESSES = ("broker", "producer", "driver", "jvm", "python workers")
 # duplicated or corrupted, each discovery request's result, every queue a notification named), which
 # grows with the run by design.
 JUDGED = ("broker", "driver", "jvm", "python workers")
+CATCH_UP_HANG_MINUTES = 15     # --timings-as-figures: the longest the catch-up is waited for
+CTRL_C_MARGIN_S = 5            # the signal reaching the driver, the stop file written
 
 
 # ------------------------------------------------------------------------------------ processes
@@ -248,7 +250,10 @@ class Soak:
         self.lag: LagMeter | None = None
         self.started = time.monotonic()
         self.verdicts: list[tuple[bool, str]] = []
+        self.figures: list[str] = []              # timings printed, not judged (--timings-as-figures)
         self.catch_up: dict = {}
+        self.ctrl_c: list[float] = []             # Unix time of each Ctrl-C ...
+        self.job_starts: list[float] = []         # ... and of each start of the job
 
     # --------------------------------------------------------------------------- helpers
     def minute(self) -> float:
@@ -261,13 +266,22 @@ class Soak:
     def start_job(self, *extra: str) -> subprocess.Popen:
         n = sum(1 for _ in self.work.glob("job-*.log"))
         log = open(self.work / f"job-{n}.log", "w")
+        self.job_starts.append(time.time())
         return subprocess.Popen([DIRSTREAM, "run", "--bootstrap", self.broker.bootstrap, "--sink", self.url,
                                  "--checkpoint", str(self.work / "ckpt"), "--pec-name", "pec0", "--trigger", "2s",
                                  "--max-records", str(self.args.max_records), "--log-format", "plain",
                                  "--metrics-port", str(self.args.metrics_port), *extra],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
+    def timing(self, ok: bool, text: str) -> None:
+        """A criterion on how fast the job is: judged by `make soak`, a figure with --timings-as-figures."""
+        if self.args.timings_as_figures:
+            self.figures.append(text)
+        else:
+            self.verdicts.append((ok, text))
+
     def stop_job(self) -> None:
+        self.ctrl_c.append(time.time())
         os.killpg(self.job.pid, signal.SIGINT)          # Ctrl-C: stops after the current micro-batch
         try:
             code = self.job.wait(600)
@@ -394,15 +408,19 @@ class Soak:
         restarted, self.job = self.minute(), self.start_job()
         self.catch_up = {"restarted_at": restarted, "behind": behind, "caught_up_after_min": None}
         deadline = restarted + a.catch_up_minutes
+        # with timings as figures the limit is no criterion: the wait ends when caught up, or at a
+        # bound only a hang exceeds (the producer may have ended by then: nothing unread is caught up)
+        waited = restarted + max(a.catch_up_minutes, CATCH_UP_HANG_MINUTES) if a.timings_as_figures else deadline
 
         def caught_up(now: dict) -> bool:
-            return len(now) == len(QUERIES) and all(v["lag_s"] is not None and v["lag_s"] <= a.max_lag_s
+            return len(now) == len(QUERIES) and all(v["unread"] == 0 or (v["lag_s"] is not None and v["lag_s"] <= a.max_lag_s)
                                                     for v in now.values()) and self._read_since(restarted, now)
-        if self.watch(deadline, "catch-up", caught_up):
+        if self.watch(waited, "catch-up", caught_up):
             self.catch_up["caught_up_after_min"] = round(self.minute() - restarted, 2)
             self.event(f"caught up: every query within {a.max_lag_s:g} s of traffic")
         self.record("catch-up")
-        self.wait_sampling(deadline, "catch-up")
+        if not a.timings_as_figures:                    # the phase's length is part of what is judged
+            self.wait_sampling(deadline, "catch-up")
 
     def _read_since(self, restarted: float, now: dict) -> bool:
         """Every query has committed a micro-batch since the restart (its lag is not a stale row's)."""
@@ -518,9 +536,9 @@ class Soak:
             known = [x for x in lags if x is not None]
             worst = max(known, default=None)
             ok = bool(known) and worst <= a.max_lag_s
-            self.verdicts.append((ok, f"{SHORT[q]} lag after minute {a.warmup_minutes:g}: at most "
-                                      f"{fmt_s(worst)} of traffic (limit {a.max_lag_s:g} s; {len(lags) - len(known)} "
-                                      f"sample(s) without Kafka's offsets)"))
+            self.timing(ok, f"{SHORT[q]} lag after minute {a.warmup_minutes:g}: at most "
+                            f"{fmt_s(worst)} of traffic (limit {a.max_lag_s:g} s; {len(lags) - len(known)} "
+                            f"sample(s) without Kafka's offsets)")
         if steady:
             middle, end = a.minutes / 2, steady[-1]["minute"]
             for kind in PROCESSES:
@@ -536,14 +554,15 @@ class Soak:
                     print(f"  ----  {text}: not judged (it holds the run's ground truth)", flush=True)
         if a.stop_minutes > 0:
             self.judge_catch_up(steady)
+            self.judge_ctrl_c()
 
     def judge_catch_up(self, steady: list[dict]) -> None:
         a = self.args
         after = self.catch_up.get("caught_up_after_min")
         behind = sum(v or 0 for v in self.catch_up.get("behind", {}).values())
-        self.verdicts.append((after is not None and after <= a.catch_up_minutes,
-                              f"catch-up: {behind:,} records behind after {a.stop_minutes:g} min stopped; back within "
-                              f"{a.max_lag_s:g} s of traffic after {fmt_min(after)} (limit {a.catch_up_minutes:g} min)"))
+        self.timing(after is not None and after <= a.catch_up_minutes,
+                    f"catch-up: {behind:,} records behind after {a.stop_minutes:g} min stopped; back within "
+                    f"{a.max_lag_s:g} s of traffic after {fmt_min(after)} (limit {a.catch_up_minutes:g} min)")
         biggest = self.largest_batches()
         self.verdicts.append((all(n <= a.max_records for n in biggest.values()),
                               "every micro-batch within --max-records "
@@ -556,6 +575,22 @@ class Soak:
             self.verdicts.append((peak <= bound, f"{kind} resident memory while catching up: peak {peak:,.0f} MB "
                                                  f"(bound {bound:,.0f}: the steady second half's peak "
                                                  f"+{a.catch_up_memory:.0%})"))
+
+    def judge_ctrl_c(self) -> None:
+        """Ctrl-C lets no micro-batch start reading after it (the batches in flight finish): a job with
+        a backlog stops behind it. A margin of a few seconds covers the signal reaching the driver."""
+        from streaming.apps.health import epoch_s
+        from streaming.apps.sink_reader import SinkReader
+        reader = SinkReader(self.url)
+        try:
+            rows = reader.query("pipeline_progress", "SELECT started_at, input_rows FROM pipeline_progress")
+        finally:
+            reader.conn.close()
+        starts = [epoch_s(r["started_at"]) for r in rows if r["input_rows"]]
+        late = [sum(1 for t in starts if at + CTRL_C_MARGIN_S < t < min((b for b in self.job_starts if b > at), default=1e12))
+                for at in self.ctrl_c[:-1]]
+        self.verdicts.append((not any(late), f"Ctrl-C with a backlog: micro-batches that started reading after it: "
+                                              f"{', '.join(map(str, late)) or 'no stop with a backlog'}"))
 
     def largest_batches(self) -> dict[str, int]:
         from streaming.apps.sink_reader import SinkReader
@@ -571,8 +606,11 @@ class Soak:
     def save(self) -> None:
         for ok, text in self.verdicts:
             print(f"  {'PASS' if ok else 'FAIL'}  {text}", flush=True)
+        for text in self.figures:
+            print(f"  ----  {text} (a figure: not judged here)", flush=True)
         result = {"args": vars(self.args), "events": self.events, "samples": self.samples,
-                  "catch_up": self.catch_up, "verdicts": [{"ok": ok, "text": t} for ok, t in self.verdicts]}
+                  "catch_up": self.catch_up, "verdicts": [{"ok": ok, "text": t} for ok, t in self.verdicts],
+                  "figures": self.figures}
         (self.out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
         try:
             chart(self.samples, self.events, self.args, self.out / "soak.png")
@@ -682,6 +720,9 @@ def parse_args(argv=None):
     p.add_argument("--compare", action="store_true",
                    help="also run a fresh checkpoint's --once over the final Kafka content and compare every table")
     p.add_argument("--metrics-port", type=int, default=0, help="the job's Prometheus port (default 0: off)")
+    p.add_argument("--timings-as-figures", action="store_true",
+                   help="print the lag and catch-up times as figures instead of judging them (the test suite's "
+                        "short soak: a loaded machine is slower, not wrong); the catch-up phase ends once caught up")
     p.add_argument("--out", default="var/soak", help="where soak.json, soak.png and the run's files go")
     p.add_argument("--keep", action="store_true", help="keep the run's broker, sink and logs (OUT/work)")
     args = p.parse_args(argv)
