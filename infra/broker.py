@@ -212,7 +212,7 @@ class EmbeddedBroker:
             proc = subprocess.Popen(
                 # The heap is fixed (-Xms = -Xmx) and touched whole at start (AlwaysPreTouch): otherwise
                 # its pages become resident one G1 region at a time over the first hour, which reads as
-                # growth of the broker's memory (the soak, issue 31).
+                # growth of the broker's memory (the soak).
                 [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+AlwaysPreTouch", "-XX:+UseG1GC",
                  "-Djava.awt.headless=true",
                  f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",

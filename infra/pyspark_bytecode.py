@@ -4,7 +4,7 @@ Spark puts `$SPARK_HOME/python/lib/pyspark.zip` (and py4j's zip) first on the pa
 process it starts (workers, data-source runners, transformWithState's driver-side runners). Python
 caches no bytecode for modules imported from a zip, so each of those processes compiled pyspark's
 modules again: 0.6-0.7 s of CPU per start, about 7 % of the whole job's CPU in bench_whole_job's
-profile (issue 28) and more in short runs such as the tests.
+profile and more in short runs such as the tests.
 
 zipimport takes a module's `.pyc` from the zip when there is one (it looks for it before the
 `.py`). This step rewrites the zips of the pyspark package installed in this virtual environment

@@ -131,7 +131,7 @@ class Simulator:
         stream = self._faulty(self._raw_messages())
         for msg in stream:
             if msg.protocol == "mqsd" and not msg.kind.startswith("corrupt:"):
-                # what the clients see (issue 32): each copy as delivered, after the faults
+                # what the clients see: each copy as delivered, after the faults
                 self.mqsd_delivered.append((msg.envelope["message_id"], msg.envelope["arrival_time"]))
             elif msg.protocol == "mqcn" and msg.kind != "v1:unauthenticated" and not msg.kind.startswith("corrupt:"):
                 self.mqcn_delivered.deliver(msg.envelope)

@@ -94,7 +94,7 @@ def queue_manager_json(e: ent.Enterprise, qm: ent.Server, mode: str) -> dict:
 
 
 class DeliveredNotifications:
-    """What each queue manager was told (issue 32), built as the notifications are delivered, in that
+    """What each queue manager was told, built as the notifications are delivered, in that
     order (arrival times never go back in delivery order), each message once (a copy has the same
     MessageID: MessageIDHistoryTable) and the unauthenticated copies left out (3.2.5.1). Per queue:
     `last`, the last create or delete ([kind, message id, arrival ms]); for v1, `set`: the last value
@@ -147,7 +147,7 @@ def _told(view: dict, u, said: list) -> None:
 
 
 def discovery_results(sim) -> dict:
-    """Each request's result as its client saw the traffic delivered (issue 32): every copy of the
+    """Each request's result as its client saw the traffic delivered: every copy of the
     request and of its replies at its arrival time, after the faults (reordered, duplicated); a
     request that was never delivered has no result."""
     copies: dict[str, list] = {}

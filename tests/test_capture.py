@@ -1,4 +1,4 @@
-"""Issue 18: MSMQ traffic from packet captures (MQQB on TCP 1801, MQSD on UDP 1801).
+"""MSMQ traffic from packet captures (MQQB on TCP 1801, MQSD on UDP 1801).
 
 The simulator's traffic written as a capture (TCP segments cut, shuffled, retransmitted, several
 messages per segment) reads back as the same envelopes; captures cut, mutated or filled with

@@ -1,4 +1,4 @@
-"""Issue 19: the console shows what the job does (a line per query, --once's progress and summary),
+"""The console shows what the job does (a line per query, --once's progress and summary),
 Spark's own chatter goes to the log file, the producers show a bar on a terminal. The job itself on
 a pseudo-terminal: tests/test_determinism.py (its --once run)."""
 import io

@@ -1,4 +1,4 @@
-"""The dashboard's access control (issue 30): beyond loopback only with credentials; with an
+"""The dashboard's access control: beyond loopback only with credentials; with an
 --auth-file every page, asset and callback answers 401 without them and works with them (over HTTP
 and in the headless browser); no page or callback can write to the sink."""
 import base64

@@ -1,4 +1,4 @@
-"""Issue 13: the sink tables are a pure function of what is in Kafka.
+"""The sink tables are a pure function of what is in Kafka.
 
 One simulated enterprise with every fault type switched on; the same Kafka input processed with
 --once (repeated while the responder answers, until verify is clean), with --once in small
@@ -121,7 +121,7 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path):
 def test_once_is_complete_and_converges_with_the_responder_in_three_runs(broker, tmp_path, pg_url):
     """The issue's scenario: --once processes in one invocation what the replication query derives
     for the notification query; with the responder answering between runs, verify is clean by the
-    third run at the latest. The traffic comes from a capture (issue 18): simulated as MQQB
+    third run at the latest. The traffic comes from a capture: simulated as MQQB
     sessions with split, reordered and retransmitted TCP segments, replayed, then processed. The
     sink is PostgreSQL (the other job tests write SQLite)."""
     truth_file = _published_through_a_capture(broker, tmp_path, "--seed", "11", "--count", "800",
@@ -131,7 +131,7 @@ def test_once_is_complete_and_converges_with_the_responder_in_three_runs(broker,
     responder = Responder(broker, str(truth_file))
     try:
         for runs in range(1, 4):
-            if runs == 1:           # on a terminal: what the console shows (issue 19)
+            if runs == 1:           # on a terminal: what the console shows
                 _console_on_a_terminal(broker, sink, tmp_path / "c_once", tmp_path / "run.log")
             else:
                 once(broker, sink, tmp_path / "c_once")

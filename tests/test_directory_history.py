@@ -1,5 +1,5 @@
 """directory_history: every version of every object as each replica held it, written by the real
-SQLite sink one transaction per micro-batch, against the replicas' own tables (issue 32)."""
+SQLite sink one transaction per micro-batch, against the replicas' own tables."""
 import json
 import random
 
@@ -144,7 +144,7 @@ def test_dirstream_history_prints_each_replica_s_versions_and_what_it_held_at_a_
 
 
 def test_closing_a_version_looks_up_the_objects_open_row_in_an_index(tmp_path):
-    """The soak (issue 31): closing an object's open row walked every version the object ever had, and
+    """The soak: closing an object's open row walked every version the object ever had, and
     the writer slowed down as the hour went on. The sink's partial index of the open rows serves the
     update (SQLite's plan says so), and an earlier sink gets the index when it is opened again."""
     import sqlite3

@@ -1,4 +1,4 @@
-"""The notification query's source (issue 28): --max-records caps the directory versions it reads too,
+"""The notification query's source: --max-records caps the directory versions it reads too,
 and the traffic is then released only up to the progress of the latest replication batch whose
 versions all lie within what the micro-batch reads (a real broker; the reader's planning driven by hand)."""
 import json

@@ -365,7 +365,7 @@ def test_a_worker_reuses_its_consumer_and_reads_exactly_each_range(broker):
 def test_a_reading_consumer_fetches_only_a_bounded_queue_past_its_range(broker):
     """Catching up, the log runs far past a task's range: librdkafka's default read-ahead (64 MB or
     100,000 records per consumer) filled every reading Python worker with records thrown away at
-    the range's end (issue 31). Its queue, as its own statistics report it, stays within READ_AHEAD
+    the range's end. Its queue, as its own statistics report it, stays within READ_AHEAD
     (and one fetch of at most max.partition.fetch.bytes, 1 MB)."""
     from confluent_kafka import TopicPartition
     from streaming.spark import kafka_source
@@ -428,7 +428,7 @@ def _assert_read_ahead_bounded(queued: list[int]) -> None:
 def test_the_source_module_loads_without_pyarrow_for_spark_planning_workers():
     """Spark unpickles the source and asks for its schema in short-lived planning workers
     (create_data_source) that linger a minute after the job starts, when a catch-up's first batches
-    run: pyarrow, 40 MB there, is imported only when records are read (issue 31). The schema is
+    run: pyarrow, 40 MB there, is imported only when records are read. The schema is
     still the Arrow batches' one."""
     import sys
     code = ("import sys, streaming.spark.kafka_source as k\n"
@@ -448,7 +448,7 @@ def test_the_operators_default_to_one_shuffle_partition_per_local_core_and_four_
 
 
 def test_the_progress_listener_reads_the_json_progress_as_pyspark_reads_the_java_object(spark, tmp_path):
-    """OperatorProgress takes each progress from the JVM's JSON text (one py4j call, issue 28):
+    """OperatorProgress takes each progress from the JVM's JSON text (one py4j call):
     every pipeline_progress column but finished_at equals what pyspark's own listener, walking the
     Java object, gives, for the batches of a stateful query (rows_per_second to the one decimal of
     Spark's JSON)."""
@@ -499,7 +499,7 @@ def test_the_progress_listener_reads_the_json_progress_as_pyspark_reads_the_java
 
 
 def test_the_driver_jvms_heap_is_fixed_at_the_driver_memory_and_resident_from_its_start(spark):
-    """Issue 31: an elastic heap made the JVM's memory follow the load (2.1 -> 3.1 GB while catching
+    """An elastic heap made the JVM's memory follow the load (2.1 -> 3.1 GB while catching
     up); fixed at spark.driver.memory (2g in the tests' session) and touched whole at start, it is
     flat whatever the batches."""
     jvm = spark.sparkContext._jvm
@@ -513,7 +513,7 @@ def test_the_driver_jvms_heap_is_fixed_at_the_driver_memory_and_resident_from_it
 
 
 def test_the_python_workers_give_freed_memory_back_through_malloc(spark):
-    """Issue 31: the Python workers' pyarrow allocates from malloc (not its mimalloc pool, which keeps
+    """The Python workers' pyarrow allocates from malloc (not its mimalloc pool, which keeps
     freed pages) and glibc's malloc unmaps large buffers when they are freed."""
     from streaming.spark.pipeline import PYTHON_WORKER_ENV
 
@@ -529,7 +529,7 @@ def test_the_python_workers_give_freed_memory_back_through_malloc(spark):
 
 
 def test_the_driver_gives_a_large_batch_back_when_done(spark):
-    """Issue 31: the driver's own pyarrow (a micro-batch's output collected as Arrow) allocates from
+    """The driver's own pyarrow (a micro-batch's output collected as Arrow) allocates from
     malloc too: a large batch's memory goes back when it is freed, not kept for the rest of the run."""
     import os
 

@@ -1,4 +1,4 @@
-"""`dirstream run` serves Prometheus metrics (issue 29): a real job scraped by a real Prometheus.
+"""`dirstream run` serves Prometheus metrics: a real job scraped by a real Prometheus.
 
 One continuous job reads simulated traffic in which one BSC stops receiving its propagations
 part-way; Prometheus (Debian's package, started here with the project's rules, their windows scaled

@@ -131,7 +131,7 @@ def test_an_update_or_delete_naming_its_queue_by_path_name_references_that_queue
     qm.receive(v1([mqcn.new_update(0x02, [P("D_SCOPE", 1), P("D_OBJTYPE", 1)], DS, path_name="qm\\q1")], T0 + 3))
     assert qm.outcomes[-1].outcome == "ignored" and "no queue with this PathName" in qm.outcomes[-1].reason
     qm.receive(v1([create(3), mqcn.new_update(0x02, [P("D_SCOPE", 1), P("D_OBJTYPE", 1)], DS,
-                                              path_name="qm\\q3")], T0 + 4))       # the message of issue 13
+                                              path_name="qm\\q3")], T0 + 4))       # the message that showed it
     assert qm.s.queues[guid(3)].deleted and None not in qm.s.queues
     rows = step_rows(qm)
     assert rows and all(r.get("queue_guid", "") is not None for _t, r in rows)
@@ -276,7 +276,7 @@ def test_the_notify_queue_names_the_queue_manager():
     assert queue_manager_of("DIRECT=OS:x\\private$\\q") is None
 
 
-# ---------------------------------------------------------------- issue 14: conformance
+# ---------------------------------------------------------------- conformance
 def test_a_late_replica_row_never_brings_back_a_queue_a_later_event_3_deleted():
     """3.2.5.2 Event 3 deletes the queue; nothing in 3.2.5 re-adds one except a create."""
     qm = batched()
@@ -391,7 +391,7 @@ def test_only_private_queue_3_is_the_notification_queue():
     assert guid(1) in qm.s.queues
 
 
-# ---------------------------------------------------------------- issue 20: reads exactly as of the timer
+# ---------------------------------------------------------------- reads exactly as of the timer
 def test_a_read_at_the_timer_returns_the_version_current_then_however_many_newer_ones_arrived():
     """Note <3>: the state stored in the directory service "when the timer expires"."""
     qm = batched()
@@ -651,7 +651,7 @@ def test_the_queue_manager_row_counts_unresolved_reads_until_the_object_appears(
 
 
 def test_of_two_copies_of_one_change_a_read_takes_the_change_as_first_propagated():
-    """Issue 32: a replica that applied change 6 to a copy that missed change 5 holds, for an
+    """A replica that applied change 6 to a copy that missed change 5 holds, for an
     instant, a version 6 with the older label (then the healed one, a copy the first arrivals leave
     out). A read takes version 6 as it first arrived; a deletion of the same number still wins."""
     qm = batched()

@@ -1,4 +1,4 @@
-"""The operator queries' writer (issue 28): a micro-batch's output rows are grouped by table in
+"""The operator queries' writer: a micro-batch's output rows are grouped by table in
 Arrow and parsed as the sink reads them, never all held as dicts at once; the tables come out as
 they did when every row was parsed first."""
 import json
@@ -220,7 +220,7 @@ def _arrow_bytes_held_while(iterate) -> int:
 
 
 def test_a_large_batch_is_never_held_twice_while_written_and_published():
-    """Issue 31: a catch-up's replication batch is hundreds of MB of packed payloads. Grouping it by
+    """A catch-up's replication batch is hundreds of MB of packed payloads. Grouping it by
     table, writing it to the sink and publishing its versions hold a few packed rows more than the
     batch itself, never a second copy of it (split at once, or concatenated by a take)."""
     from streaming.operators.notification_rows import FirstArrivals

@@ -1,4 +1,4 @@
-"""A key's output handed on in steps (stateful.GuardedSteps, issue 31): the replication operator
+"""A key's output handed on in steps (stateful.GuardedSteps): the replication operator
 yields its rows every few messages instead of holding a whole micro-batch's, and the sink tables,
 the published directory versions and the stored state are the same whatever the step, with or
 without a message that makes it raise."""

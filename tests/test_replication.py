@@ -524,7 +524,7 @@ def test_a_long_collection_goes_to_the_bsc_in_several_messages():
     assert seqs == list(range(1, n + 1))
 
 
-# ---------------------------------------------------------------- issue 14: sync replies lose nothing
+# ---------------------------------------------------------------- sync replies lose nothing
 def test_pending_changes_apply_in_order_inside_a_sync_reply():
     """3.3.7.5 processes each reply change as 3.1.5.2 does, and 3.1.7.2.2 checks the pending changes
     after every change that applied: seq 3 (a label) waits on seq 2, which only the reply brings."""
@@ -712,7 +712,7 @@ def test_the_health_fields_survive_the_state_round_trip_and_old_states_decode():
     assert (before.last_seq, before.seen_seq, before.last_change_ms) == (1, MIN_SEQ_NUMBER, 0)
 
 
-# ---------------------------------------------------------------- the object store's layout (issue 28)
+# ---------------------------------------------------------------- the object store's layout
 class CountingBackend(DictBackend):
     """A DictBackend that counts its round trips, as the job's MapState would make them."""
 

@@ -168,7 +168,7 @@ def _mqcn_tables(envelopes, truth, cuts, first_arrivals: bool, tasks: int = 0, s
 
 @pytest.mark.parametrize("seed", range(12))
 def test_the_first_arrival_of_each_version_gives_the_mqcn_operator_the_same_tables(seed):
-    """Issue 28: the replication writer passes the MQCN operator only the first arrival of each
+    """The replication writer passes the MQCN operator only the first arrival of each
     version across the replicas (FirstArrivals). Against every version, over random traffic with
     every fault, sync heals from the authorities and random micro-batches: every MQCN table is the
     same, and far fewer versions travel."""

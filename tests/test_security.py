@@ -1,4 +1,4 @@
-"""A secured Kafka (issue 30): the embedded broker with a SASL_SSL listener (TLS, SCRAM-SHA-512), and
+"""A secured Kafka: the embedded broker with a SASL_SSL listener (TLS, SCRAM-SHA-512), and
 every client of the project working through the properties file `broker start` prints."""
 import stat
 import subprocess

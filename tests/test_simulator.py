@@ -170,7 +170,7 @@ def test_seq_number_headers_name_each_partitions_own_last_change():
 
 
 def _delivered_as_sorted_afterwards(envelopes: list[dict]) -> dict:
-    """The delivered views as the truth computed them before (issue 32): every notification kept,
+    """The delivered views as the truth computed them before: every notification kept,
     sorted by arrival time then delivery order at the end, every message id remembered."""
     from producers.truth import DeliveredNotifications
     views = DeliveredNotifications()

@@ -1,4 +1,4 @@
-"""Issue 32: the ground truth says what a spec-conformant client sees given the traffic as it was
+"""The ground truth says what a spec-conformant client sees given the traffic as it was
 actually delivered (reordered, duplicated, with corrupt copies), for every fault and many seeds.
 
 MQSD: the simulator's truth (producers/truth.py, the client rules written from the text) against

@@ -1,4 +1,4 @@
-"""Issue 32: `verify` judges what a queue manager could read from the replicas at its read times
+"""`verify` judges what a queue manager could read from the replicas at its read times
 (directory_history), without letting that weaker reading hide a defect.
 
 Offline (the replication and MQCN operators driven as the job drives them, against the simulator's

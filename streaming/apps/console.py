@@ -1,4 +1,4 @@
-"""What `dirstream run` shows the operator (issue 19): one progress line per query, updated in place
+"""What `dirstream run` shows the operator: one progress line per query, updated in place
 on a terminal (rich) or printed as plain lines; warnings and errors stand out; with --once a
 progress bar over the records that were in Kafka at the start, and a summary at the end.
 

@@ -1,4 +1,4 @@
-"""What a queue manager could have read (issue 32): `dirstream verify` judges each attribute a queue
+"""What a queue manager could have read: `dirstream verify` judges each attribute a queue
 manager took from the directory by the replicas' versions at its read time (directory_history), not
 by the authority's final value.
 

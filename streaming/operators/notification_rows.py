@@ -52,7 +52,7 @@ def step_rows(qm: QueueManager) -> list[tuple[str, dict]]:
 
 def read_columns(prefix: str, read_ms: int | None, read_seq: int | None, since_read: set) -> dict:
     """When the object was last read from the directory (3.2.5.2 Read Directory), the sequence number
-    of the version read, and the attributes later notifications set since (issue 32: verify judges
+    of the version read, and the attributes later notifications set since (verify judges
     the rest by what the replicas held at that time)."""
     return {f"{prefix}read_at": ts(read_ms) if read_ms is not None else None,
             f"{prefix}read_seq": seq_hex(read_seq) if read_seq is not None else None,
@@ -108,7 +108,7 @@ def version_record(row: dict) -> VersionRecord | None:
 
 
 class FirstArrivals:
-    """Which directory versions the MQCN operator needs (issue 28): every replica reports every
+    """Which directory versions the MQCN operator needs: every replica reports every
     change it applies, so each version of a queue or machine object comes once per replica. A read
     takes, of the versions dated at or before its time, the one with the highest sequence number,
     and a later copy of a version with the same content changes no read, no late correction
@@ -140,7 +140,7 @@ class FirstArrivals:
         return True
 
     def pre_select(self, records: list[VersionRecord]) -> list[VersionRecord]:
-        """In a reading task, before select (issue 28): the records in their order, less each copy
+        """In a reading task, before select: the records in their order, less each copy
         that an earlier-or-equally dated copy of the same content, passed earlier by this task, makes
         redundant. Every record a task outputs reaches select in the same micro-batch (a failed task
         runs again with a new FirstArrivals), where that earlier copy sorts first and drops it anyway;

@@ -421,7 +421,7 @@ class QueueManager:
     def _apply_read(self, guid: str, event: str, v: Version, now: int, message_id: str | None) -> tuple[str, str | None]:
         """Apply what Read Directory returned for event 1, 2 or 4: (outcome, reason)."""
         if v.deleted:
-            # Decision (issue 20): a queue the directory has deleted is not returned by Read Directory
+            # Decision: a queue the directory has deleted is not returned by Read Directory
             # ([MS-MQDMPR] 3.1.7.1.20 leaves the result of a failed read undefined) and 3.2.5.2 deletes
             # only on Event 3: the QueueCollection is left as it is.
             return "ignored", "the directory holds the object as deleted: Read Directory returns nothing " \
@@ -515,7 +515,7 @@ class QueueManager:
         return min(later, key=lambda v: (v.event_ms, recency(v))) if later else None
 
     def forget_versions(self, watermark_ms: int) -> None:
-        """Keep what a read can still need (issue 20): reads happen at a pending timer or at a later
+        """Keep what a read can still need: reads happen at a pending timer or at a later
         arrival, never before the watermark, so of the versions up to the earliest of those only the
         one such a read returns is kept. Late corrections need only the sequence number a read used."""
         horizon = min(t for t in (watermark_ms, self.s.timer_ms) if t is not None)
@@ -548,7 +548,7 @@ class QueueManager:
 
     def _late_correction(self, guid: str, v: Version) -> None:
         """A version that was already the directory's at a read, but reached this operator after it,
-        corrects that read: the attributes no later notification set (issue 14: a late correction
+        corrects that read: the attributes no later notification set (a late correction
         never undoes a later delete, create or update)."""
         q = self.s.queues.get(guid)
         if q is not None and v.object_type == "queue" and _corrects(v, q.read_ms, q.read_seq):
@@ -577,7 +577,7 @@ class QueueManager:
             if v.object_type == "queue" and (not v.deleted or guid in self.s.queues):
                 self._apply_queue(guid, v, now, None)
             elif v.object_type == "machine" and guid == self.s.machine_id and not v.deleted:
-                # Decision (issue 20; digest B.7 open point c): note <3> names only the queues, but the
+                # Decision (digest B.7 open point c): note <3> names only the queues, but the
                 # dropped notifications may have changed the queue manager itself (Event 4, a v1
                 # queue manager update) and nothing else would ever bring that change in: its quota,
                 # journal quota and security are re-read with its queues.
@@ -629,7 +629,7 @@ def _queues_named(n: Notification) -> list[str]:
 def recency(v: Version) -> tuple:
     """Which of two versions is the directory's later one: the higher sequence number; a removal
     carries the removed object's sequence number, so at a tie it is the later one. Of two live
-    versions of the same change, the earlier received (issue 32): that is the change as propagated,
+    versions of the same change, the earlier received: that is the change as propagated,
     while a replica that applied it later may have applied it to a copy that missed an earlier
     change, and replaced it with the healed object at the same instant, a copy the first arrivals
     leave out (FirstArrivals). The replica's name breaks what is left of a tie, so the choice never

@@ -5,7 +5,7 @@ object costs a state-store round trip each, so objects live in buckets: a micro-
 bucket it touches once and writes it back once. The backend is a mapping bucket number -> bytes
 (a dict in tests, Spark MapState in the job).
 
-How many buckets (issue 28): each round trip to the state store costs more than marshalling a few
+How many buckets: each round trip to the state store costs more than marshalling a few
 hundred objects, and a micro-batch of a busy replica touches nearly every bucket, so the number of
 buckets follows the directory: a power of two keeping about ENTRIES_PER_BUCKET entries per bucket,
 doubled (every entry moved once) when the directory outgrows it. The layout (bucket count, entry

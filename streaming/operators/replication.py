@@ -218,8 +218,8 @@ class Replica:
 
     def send_initial_syncs(self) -> None:
         """3.3.3: a sync request for every partition this server is not the authority of, sent at
-        initialization, before the first message is processed: From is the LastSeqNumber of then, MIN
-        (issue 14 item 9). Its destination (the PEC's name, a BSC's PSC, the server's own role) may only
+        initialization, before the first message is processed: From is the LastSeqNumber of then, MIN.
+        Its destination (the PEC's name, a BSC's PSC, the server's own role) may only
         be learnt from the traffic: then it goes out as soon as it is known, with that same From."""
         for p in list(self.s.partitions.values()):
             if not p.initial_sync_sent and not self.owns(p) and p.change_missing_window == MAX_SEQ_NUMBER:
@@ -613,7 +613,7 @@ class Replica:
         # after every change that applied, so a pending change whose predecessor the reply supplies
         # applies in sequence order. A reply entry that then looks old (pending changes moved
         # LastSeqNumber past it) still carries its object's full current state: it is applied to an
-        # object that is not newer, without moving LastSeqNumber (issue 14 item 8).
+        # object that is not newer, without moving LastSeqNumber.
         for change in msg.directory_changes:
             if change.seq_number <= p.last_seq and change.partition_id == p.partition_id \
                     and change.purged_seq_number >= p.purged_seq:
@@ -638,7 +638,7 @@ class Replica:
     def _close_window(self, p: Partition, to: int) -> None:
         """The reply to the window asked for holds every change of [From, To] that the authority still
         has; what it leaves out was superseded by a later change of the same object. Digest §11.5
-        skips the gap when the reply is empty; [INFERENCE] generalised (issue 14 item 8): whatever the
+        skips the gap when the reply is empty; [INFERENCE] generalised: whatever the
         count, the pending changes up to To apply in order (their missing predecessors are superseded;
         a pending create must not be dropped, or the object's later updates would fail) and
         LastSeqNumber becomes at least To - 1: To is the first pending change's number (3.1.7.2.2) or

@@ -1,7 +1,7 @@
 """The columns of the Kafka source's rows in each decode mode (streaming/spark/decode.py), as Spark
 types. No pyarrow here: Spark asks a source for its schema in short-lived planning workers
 (create_data_source), which linger a minute after the job starts, when a catch-up's first batches
-run; pyarrow there is 40 MB more (issue 31)."""
+run; pyarrow there is 40 MB more."""
 
 DECODED_COLUMNS = (
     ("topic", "string"), ("partition", "int"), ("offset", "bigint"),

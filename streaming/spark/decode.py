@@ -132,7 +132,7 @@ def decode_batches(batches, body: bool = True, plain_topics=()):
 # decode=summary: the reading task decodes every record as above but hands Spark only what the raw
 # query's tables need: counts per (protocol, server, minute), one row per Kafka partition (records,
 # last offset, dead letters) and each dead letter whole. Per-record rows never cross into the JVM,
-# which is most of the cost of a Python source (issue 4's throughput target).
+# which is most of the cost of a Python source (the throughput target).
 SUMMARY_FIELDS = [(name, _ARROW_TYPES[spark_type]) for name, spark_type in SUMMARY_COLUMNS]
 SUMMARY_ARROW = pa.schema(SUMMARY_FIELDS)
 UNKNOWN = "(unknown)"

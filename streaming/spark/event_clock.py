@@ -1,4 +1,4 @@
-"""The notification query's clock never outruns the replication query (issue 13).
+"""The notification query's clock never outruns the replication query.
 
 The MQCN operator reads the directory "as of" a time from the versions the replication query
 derives. So its source releases traffic (MQCN, and MQSD which only moves its clock) only up to the

@@ -13,7 +13,7 @@ RETRY_PAUSE_S = 2.0
 # A reader wants a bounded range, or one record, but librdkafka fetches ahead of it into its queue:
 # by default up to 100,000 records or 64 MB per consumer, read past what was asked for and thrown
 # away at the next assign. In steady traffic the log ends just after; catching up, every reading
-# Python worker held about 75 MB more and spent longer on each range (issue 31). A bounded queue,
+# Python worker held about 75 MB more and spent longer on each range. A bounded queue,
 # fetched again soon after it drains, reads as fast. A kafka.* option of the same name overrides it.
 READ_AHEAD = {"queued.max.messages.kbytes": 4096, "fetch.queue.backoff.ms": 10}
 

@@ -54,7 +54,7 @@ def arrow_schema():
     """SCHEMA as the Arrow batches read() yields. pyarrow is imported here, not with the module:
     Spark imports the module in short-lived planning workers too (create_data_source), where pyarrow
     alone is 40 MB more; they linger for a minute after the job starts, when a catch-up's first
-    batches run (issue 31)."""
+    batches run."""
     import pyarrow as pa
     return pa.schema([
         pa.field("topic", pa.string(), nullable=False), pa.field("partition", pa.int32(), nullable=False),

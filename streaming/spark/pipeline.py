@@ -16,7 +16,7 @@ from ..wire.topics import OBJECTS_TOPIC, PROGRESS_TOPIC, TOPICS
 
 log = logging.getLogger("dirstream.job")
 DRIVER_MEMORY = "4g"
-# Issue 31 (flat memory): the Python workers hand freed memory back to the OS. glibc's malloc keeps a
+# Flat memory: the Python workers hand freed memory back to the OS. glibc's malloc keeps a
 # fixed mmap threshold (large buffers are unmapped when freed, not kept in its heap) and trims its
 # heap past 128 KiB free; pyarrow allocates from malloc instead of its mimalloc pool, which keeps
 # freed pages. A backlog's micro-batches then raise a worker's memory only while they run.
@@ -31,7 +31,7 @@ def driver_frees_memory() -> None:
     """The same for the driver's own Python process, which collects each micro-batch's output as
     Arrow (TableWriter, BatchWriter): started before it could take the environment variables, it
     sets them by call. Without it a catch-up's largest batch stays in the driver's resident memory
-    (issue 31: the fifth hour's driver, 496 MB catching up against a steady peak of 405)."""
+    (the fifth hour's driver, 496 MB catching up against a steady peak of 405)."""
     import ctypes
     import pyarrow as pa
     pa.set_memory_pool(pa.system_memory_pool())
@@ -45,8 +45,8 @@ def driver_frees_memory() -> None:
 
 def driver_java_options(memory: str) -> str:
     """The driver JVM's heap is fixed at spark.driver.memory and touched whole at start: under a
-    backlog G1 grows it to the whole of it anyway (README, the memory table of issue 28), and an
-    elastic heap made the JVM's resident memory follow the load (2.1 -> 3.1 GB catching up, issue 31)."""
+    backlog G1 grows it to the whole of it anyway (README, Benchmarks), and an
+    elastic heap made the JVM's resident memory follow the load (2.1 -> 3.1 GB catching up)."""
     return f"-Xms{memory} -XX:+AlwaysPreTouch"
 
 
@@ -54,7 +54,7 @@ def default_shuffle_partitions(master: str) -> int:
     """The stateful operators' tasks per micro-batch when the first run of a checkpoint does not say:
     one per core in local mode (each task loads and commits its state store at every micro-batch:
     with 2 partitions instead of 4 on 2 cores the whole job in 2,000-record batches ran 1.11x
-    faster, issue 28), 4 on a cluster (see the README's cluster section)."""
+    faster), 4 on a cluster (see the README's cluster section)."""
     if master == "local":
         return 1
     if master.startswith("local[") and master.endswith("]"):

@@ -53,7 +53,7 @@ class JsonProgressListener(StreamingQueryListener):
     """A listener given each progress as pyspark's StreamingQueryProgress, built from the JSON text
     the JVM makes of it in one call: pyspark's own wrapper (fromJObject) walks every map and list of
     the progress through py4j, a round trip per element, which took about a fifth of the driver's
-    CPU with four queries in small micro-batches (issue 28)."""
+    CPU with four queries in small micro-batches."""
 
     @property
     def _jlistener(self):

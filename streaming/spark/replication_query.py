@@ -169,7 +169,7 @@ def first_arrival_records(arrivals: FirstArrivals, lines, chunk: int = 20_000):
     event ms, text; a pyarrow string array, or a list of str), as (value, key) records to publish, in
     the same order. The lines stay in Arrow: only each line's key and time become Python values, and
     the kept records' texts a chunk at a time (a batch of 300,000 messages held over a million lines
-    as Python objects on the driver); the lines are split a piece at a time (issue 31)."""
+    as Python objects on the driver); the lines are split a piece at a time."""
     import pyarrow as pa
     import pyarrow.compute as pc
     if not isinstance(lines, (pa.Array, pa.ChunkedArray)):

@@ -35,7 +35,7 @@ def apply_guarded(load, items: list, apply):
 class GuardedSteps:
     """apply_guarded in steps: iterating yields take(machine) after every `every` items but the
     last ones (which the caller takes with its batch's end), so a key's output is handed on as it
-    is made instead of held until its last message (issue 31: a replica's 2,000 messages of a
+    is made instead of held until its last message (a replica's 2,000 messages of a
     catch-up micro-batch made 120,000 rows, 260 MB in one Python worker). A step never ends between
     two items that together(a, b) keeps in one. After a raising item the machine is built again
     from load() and the other items applied again; the steps already yielded are taken again
@@ -92,7 +92,7 @@ ARRIVAL_ORDER = ("arrival_ms", "topic", "partition", "offset")
 def ordered_rows(frames, order: tuple[str, ...] = ARRIVAL_ORDER) -> list:
     """A key's input rows (the pandas frames Spark hands over) as named tuples, sorted by `order`.
     Without pandas' concat, sort_values and itertuples, which cost about a millisecond per call
-    whatever the rows: more than all the work of a key of a few rows (an MQSD request, issue 28)."""
+    whatever the rows: more than all the work of a key of a few rows (an MQSD request)."""
     rows: list = []
     columns: tuple[str, ...] = ()
     for frame in frames:
@@ -198,7 +198,7 @@ def packed(rows: list[tuple[str, str]], lines: int = PACKED_LINES):
     order, joined by newlines, at most `lines` to a row. A payload is one line (JSON escapes a
     newline in a string; a version line is tab-separated JSON), and batch_rows splits them again:
     Spark carries a few long rows instead of one per payload from the Python worker to the driver
-    (issue 28: the replication operator writes about 30 rows per MQDSRP message)."""
+    (the replication operator writes about 30 rows per MQDSRP message)."""
     import pandas as pd
     by_table: dict[str, list[str]] = {}
     for table, payload in rows:
@@ -212,7 +212,7 @@ def batch_rows(table, side_tables: frozenset = frozenset()) -> dict:
     the operator wrote them: PayloadRows, split and parsed as they are read, a few packed rows at a
     time, so that a large micro-batch's rows are never all held as dicts, nor its text twice (a
     catch-up's replication batch is 500 MB of payloads: split at once it doubled the driver's
-    memory, issue 31); a side table's rows stay its payloads in Arrow. A payload may hold several,
+    memory); a side table's rows stay its payloads in Arrow. A payload may hold several,
     one per line (packed)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -265,7 +265,7 @@ class PayloadRows:
 def for_sink(rows: dict) -> dict:
     """The rows as the sink takes them: payloads only loaded from JSON, their times and raw bytes
     left as text for the sink's column types to convert (sinks._sqlite_time keeps the operators'
-    ISO text as it is: no datetime made and formatted again per value, issue 28)."""
+    ISO text as it is: no datetime made and formatted again per value)."""
     return {name: PayloadRows(r.payloads, r.at, r.lines, json.loads) if isinstance(r, PayloadRows) else r
             for name, r in rows.items()}
 

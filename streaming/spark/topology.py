@@ -1,4 +1,4 @@
-"""The job's queries: what each reads, what it derives, and in which order they run (issue 13).
+"""The job's queries: what each reads, what it derives, and in which order they run.
 
     msmq.cn.raw, msmq.dsrp.raw, msmq.sd.raw --> raw ------------> raw_messages_seen, dead_letters
     msmq.sd.raw -----------------------------> discovery ------> discovery tables

@@ -1,7 +1,7 @@
 """Decoded messages per second per protocol on one core (prints figures; not a timed test).
 
 Run: make bench   (or .venv/bin/python tests/bench/bench_codecs.py [--seconds 1.0])
-Target (issue 2): at least 50,000 typical messages per second per protocol.
+Target: at least 50,000 typical messages per second per protocol.
 """
 import argparse
 import sys

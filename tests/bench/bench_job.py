@@ -4,7 +4,7 @@ Publishes N simulated messages to a fresh embedded broker, then measures in one 
   1. the raw confluent-kafka consume rate of the same topics,
   2. the decode-only rate per protocol (the Python decode stage, one core),
   3. the job end to end (Kafka -> decode -> SQLite sink), steady state and overall,
-and prints the ratio of (3) to (1). Targets (issue 4): >= 20,000 msg/s end to end on 2 cores,
+and prints the ratio of (3) to (1). Targets: >= 20,000 msg/s end to end on 2 cores,
 and >= 1/4 of the raw consume rate. Also samples the driver's RSS per batch (memory stays flat).
 
 Run: make bench-job   (or .venv/bin/python tests/bench/bench_job.py --messages 200000)

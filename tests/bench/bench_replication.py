@@ -2,7 +2,7 @@
 
 Builds replicas holding --objects directory objects in Spark state (RocksDB), then measures:
   1. directory changes per second through the operator (Kafka -> decode -> transformWithStateInPandas
-     -> SQLite sink) while that many objects are in state; target (issue 5): >= 10,000 per second;
+     -> SQLite sink) while that many objects are in state; target: >= 10,000 per second;
   2. how long a restart from the checkpoint takes to process its first new batch;
   3. the sans-IO core alone (decode + apply, one core), for comparison.
 The objects are split over --servers BSC replicas (one Spark task each), fed by change

@@ -1,4 +1,4 @@
-"""The whole job's speed, side by side with a plain Spark pipeline on the same data (issue 16).
+"""The whole job's speed, side by side with a plain Spark pipeline on the same data.
 
 For each mix (the default; replication-heavy, about 7 changes per change propagation) it publishes
 the simulator's own traffic (not a pool repeated: the operators do real work) to a fresh embedded
@@ -41,7 +41,7 @@ from producers.simulator import Faults, Simulator  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
 
 MIXES = {"default": (20, 120), "replication-heavy": (100, 500)}
-# issue 28: the whole job against the plain pipeline and the raw query, the replication operator's
+# The whole job against the plain pipeline and the raw query, the replication operator's
 # changes per second, the notification query's input rows per message of its own traffic, memory
 TARGETS = {"job_vs_plain": 0.8, "job_vs_raw_query": 0.25, "changes": 30_000, "raw_vs_ceiling": 0.6,
            "notification_rows_per_message": 2.0, "peak_rss_gib": 6.0}

@@ -1,4 +1,4 @@
-"""The whole job over a long run at a steady rate, a broker restart, and a backlog caught up (issue 31).
+"""The whole job over a long run at a steady rate, a broker restart, and a backlog caught up.
 
 One run, on a fresh embedded Apache Kafka broker, producer, broker and job on the same machine:
 
