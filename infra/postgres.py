@@ -63,6 +63,10 @@ class TemporaryPostgres:
                 os.chmod(parent, os.stat(parent).st_mode | 0o111)
         self._run("initdb", "-D", str(self.data_dir), "-U", "postgres", "-A", "trust", "--no-sync",
                   "--encoding", "UTF8", "--locale", "C")
+        self.resume()
+
+    def resume(self) -> None:
+        """Starts the server on its existing cluster (after stop(): a database outage ended)."""
         options = (f"-p {self.port} -c listen_addresses={self.host} -k {self.directory} -c fsync=off "
                    "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100")
         self._run("pg_ctl", "-D", str(self.data_dir), "-o", options, "-l", str(self.directory / "server.log"),

@@ -1,5 +1,5 @@
-"""Prometheus metrics of `dirstream run` (README "Metrics"): the job's queries and the directory's
-health, served over HTTP.
+"""Prometheus metrics of `dirstream run` (docs/running.md, "Metrics and alerts"): the job's queries
+and the directory's health, served over HTTP.
 
 Every figure the dashboard also shows comes from the same sink rows through streaming/apps/health.py:
 a background thread reads them after each committed micro-batch (at most every `min_refresh_s`, and
@@ -85,9 +85,10 @@ class JobMetrics:
         except SinkUnavailable as exc:          # a new sink: the first batch creates it
             log.info("metrics: the sink is not readable yet: %s", exc)
         except Exception as exc:                # noqa: BLE001 -- metrics never stop the job
+            from ..sinks import OUTAGE
             self.refresh_errors += 1
-            self._reader = None
-            log.warning("metrics: could not read the sink: %s", exc)
+            self._reader = None                 # a sink outage is said once, by its writers
+            (log.info if OUTAGE.since is not None else log.warning)("metrics: could not read the sink: %s", exc)
         self.generation += 1
 
     def _sink(self):
@@ -150,7 +151,7 @@ class _Snapshot:
         self.metrics = metrics
 
     def collect(self):
-        return list(self.metrics.families)
+        return list(self.metrics.families) + sink_outage_families()
 
     def describe(self):
         return []
@@ -169,6 +170,19 @@ def _gauge(name, doc, labels, samples):
 
 def _counter(name, doc, labels, samples):
     return _family(CounterMetricFamily, name, doc, labels, samples)
+
+
+def sink_outage_families() -> list:
+    """Live at every scrape (the snapshot cannot be read from a sink that is down): how long the job's
+    writers have been waiting for the sink, and how often that happened."""
+    from ..sinks import OUTAGE
+    since = OUTAGE.since
+    return [_gauge("dirstream_sink_unavailable_seconds", "How long a micro-batch has been waiting for the sink to "
+                   "answer (0: it answers)", [], [((), time.time() - since if since is not None else 0.0)]),
+            _counter("dirstream_sink_outages", "Times the sink stopped answering while the job wrote", [],
+                     [((), OUTAGE.outages)]),
+            _counter("dirstream_sink_reconnects", "Attempts to connect to the sink again while it did not answer", [],
+                     [((), OUTAGE.retries)])]
 
 
 def _dead_letter_families(counts: dict[tuple[str, str], int]) -> list:
@@ -245,8 +259,9 @@ class MetricsServer:
         self.httpd.server_close()
 
     def exposition(self) -> bytes:
+        from ..sinks import OUTAGE
         generation = self.metrics.generation
-        if generation != self._generation:
+        if generation != self._generation or OUTAGE.since is not None:      # while waiting: live seconds
             with self._lock:                         # scrapes only: never held by a micro-batch
                 if generation != self._generation:
                     self._text, self._generation = generate_latest(self.metrics.registry), generation

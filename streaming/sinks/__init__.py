@@ -3,9 +3,17 @@
 Every micro-batch is written in one transaction together with its (query id, batch id) in
 `sink_batches`; a batch already recorded there is skipped, so a replay after a crash neither
 duplicates nor loses rows. Tables are created on first use.
+
+A database that goes away (stopped, restarting, unreachable) is waited for: the batch is written
+again from its start once a new connection succeeds, for up to WAIT_S (`OUTAGE` is what the
+metrics export and the console says meanwhile); only then does the job stop, resumable from its
+checkpoint.
 """
 import json
+import logging
 import sqlite3
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -152,6 +160,45 @@ class SinkError(RuntimeError):
     pass
 
 
+log = logging.getLogger("dirstream.sink")
+WAIT_S = 600.0                 # how long a batch waits for its database to come back
+RETRY_S = 2.0                  # between two attempts to reconnect
+SAY_EVERY_S = 15.0             # a console line while it waits
+
+
+class SinkOutage:
+    """The process's writers waiting for their database: since when (Unix time; None when none
+    waits), how many outages and reconnection attempts so far. Read by the metrics at every scrape."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._waiting: dict[int, float] = {}     # writer -> since
+        self.outages = 0
+        self.retries = 0
+
+    def begin(self, writer: object) -> None:
+        with self._lock:
+            if not self._waiting:
+                self.outages += 1
+            self._waiting.setdefault(id(writer), time.time())
+
+    def retried(self) -> None:
+        with self._lock:
+            self.retries += 1
+
+    def end(self, writer: object) -> None:
+        with self._lock:
+            self._waiting.pop(id(writer), None)
+
+    @property
+    def since(self) -> float | None:
+        with self._lock:
+            return min(self._waiting.values(), default=None)
+
+
+OUTAGE = SinkOutage()
+
+
 def open_sink(url: str) -> "Sink":
     scheme = urlparse(url).scheme
     if scheme == "sqlite":
@@ -190,8 +237,56 @@ class Sink:
         return {d[0] for d in cur.description}
 
     # ---------------------------------------------------------------- writing
-    def write_batch(self, query_id: str, batch_id: int, rows: dict[str, list[dict]]) -> bool:
-        """Write every table's rows and the batch marker atomically; False if the batch was already written."""
+    def write_batch(self, query_id: str, batch_id: int, rows: dict[str, list[dict]], wait_s: float | None = None) -> bool:
+        """Write every table's rows and the batch marker atomically; False if the batch was already
+        written. A lost connection is waited for (up to wait_s, default WAIT_S) and the whole batch
+        written again on a new one: the rows are iterated again (lists, or PayloadRows), and the
+        marker keeps the write idempotent."""
+        wait_s = WAIT_S if wait_s is None else wait_s
+        lost_at = None
+        try:
+            while True:
+                try:
+                    return self._write_batch_once(query_id, batch_id, rows)
+                except Exception as exc:  # noqa: BLE001 -- only a lost connection is waited for
+                    if not self._connection_lost(exc):
+                        raise
+                    if lost_at is None:
+                        lost_at, said = time.monotonic(), float("-inf")
+                        OUTAGE.begin(self)
+                    waited = time.monotonic() - lost_at
+                    if waited >= wait_s:
+                        raise SinkError(f"the {self.dialect} sink {masked(self.url)} did not answer for {waited:.0f} s "
+                                        f"({_first_line(exc)}); start it, then run the job again: it resumes from its "
+                                        f"checkpoint") from None
+                    if waited - said >= SAY_EVERY_S:
+                        said = waited
+                        log.warning("the sink %s does not answer (%s): micro-batch %s of %s waits, retrying every "
+                                    "%.0f s for up to %.0f s", masked(self.url), _first_line(exc), batch_id, query_id,
+                                    RETRY_S, wait_s)
+                    time.sleep(RETRY_S)
+                    self._reconnect()
+        finally:
+            if lost_at is not None:
+                OUTAGE.end(self)
+                log.warning("the sink %s answers again after %.0f s: micro-batch %s of %s written", masked(self.url),
+                            time.monotonic() - lost_at, batch_id, query_id)
+
+    def _connection_lost(self, exc: Exception) -> bool:
+        return False
+
+    def _reconnect(self) -> None:
+        OUTAGE.retried()
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001 -- a broken connection may fail to close
+            pass
+        try:
+            self.conn = self._connect()
+        except SinkError:
+            pass                                # still down: the next write attempt fails and waits again
+
+    def _write_batch_once(self, query_id: str, batch_id: int, rows: dict[str, list[dict]]) -> bool:
         with self._transaction() as cur:
             cur.execute(f"SELECT 1 FROM sink_batches WHERE query_id = {self.placeholder} AND batch_id = "
                         f"{self.placeholder}", (query_id, batch_id))
@@ -358,6 +453,13 @@ class PostgresSink(Sink):
     def _transaction(self):
         return _PostgresTransaction(self.conn)
 
+    def _connection_lost(self, exc: Exception) -> bool:
+        """The server went away (stopped, restarted, the network): psycopg marks the connection
+        broken, or it could not be opened again."""
+        import psycopg
+        return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and \
+            (self.conn.closed or self.conn.broken)
+
 
 class _PostgresTransaction:
     def __init__(self, conn):
@@ -370,6 +472,10 @@ class _PostgresTransaction:
 
     def __exit__(self, *exc):
         return self.tx.__exit__(*exc)
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _json_text(v) -> str:
