@@ -231,7 +231,7 @@ def test_a_live_capture_publishes_what_crosses_the_interface_until_ctrl_c(broker
         server.close()
         time.sleep(2)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -11,7 +11,7 @@ DIRSTREAM = shutil.which("dirstream", path=str(Path(sys.executable).parent)) or 
 
 
 def run(*args, stdin: bytes | None = None):
-    return subprocess.run([DIRSTREAM, *args], input=stdin, capture_output=True, timeout=60)
+    return subprocess.run([DIRSTREAM, *args], input=stdin, capture_output=True, timeout=600)
 
 
 def test_decode_hex_prints_json():

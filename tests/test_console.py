@@ -81,6 +81,6 @@ def run_on_a_terminal(args: list[str], timeout: float = 300) -> str:
 def test_the_simulator_shows_a_bar_on_a_terminal(broker, tmp_path):
     exe = str(Path(sys.executable).parent / "dirstream")
     text = run_on_a_terminal([exe, "produce", "simulate", "--bootstrap", broker, "--count", "3000",
-                               "--rate", "3000"], timeout=120)
+                               "--rate", "3000"], timeout=600)
     assert "sending" in text and "/3000" in text and "msg/s" in text
     assert re.search(r'"published": \d+', text)                          # the JSON summary stays

@@ -50,7 +50,7 @@ def auth_file(tmp_path) -> Path:
 
 
 def test_beyond_loopback_the_dashboard_refuses_to_start_without_credentials(sink):
-    refused = dirstream("dashboard", "--sink", sink, "--host", "0.0.0.0", "--port", str(free_port()), timeout=60)
+    refused = dirstream("dashboard", "--sink", sink, "--host", "0.0.0.0", "--port", str(free_port()), timeout=600)
     assert refused.returncode == 2 and "refusing to serve on 0.0.0.0 without credentials" in refused.stderr
 
 
@@ -60,7 +60,7 @@ def test_the_auth_file_holds_an_argon2_hash_only_its_owner_reads(auth_file):
     assert stat.S_IMODE(auth_file.stat().st_mode) == 0o600
     bad = auth_file.with_name("bad")
     bad.write_text("operator:plaintext\n")
-    refused = dirstream("dashboard", "--auth-file", str(bad), "--port", str(free_port()), timeout=60)
+    refused = dirstream("dashboard", "--auth-file", str(bad), "--port", str(free_port()), timeout=600)
     assert refused.returncode == 2 and "expected user:argon2-hash" in refused.stderr
 
 
@@ -90,7 +90,7 @@ def _request(url: str, credentials=None, body: dict | None = None) -> tuple[int,
         headers["Authorization"] = "Basic " + base64.b64encode(":".join(credentials).encode()).decode()
     data = json.dumps(body).encode() if body is not None else None
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=30) as answer:
+        with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=120) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()

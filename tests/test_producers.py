@@ -112,7 +112,7 @@ def test_ctrl_c_flushes_everything_sent(broker):
                              "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(4)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=600)
     summary = json.loads(out)
     assert summary["interrupted"] and summary["published"] > 100
     assert summary["delivered"] == summary["published"]

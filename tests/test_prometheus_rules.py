@@ -26,7 +26,7 @@ needs_prometheus = pytest.mark.skipif(
 
 
 def promtool(*args: str) -> str:
-    done = subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"promtool {' '.join(args)} failed:\n{output}"
     return output

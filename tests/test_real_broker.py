@@ -155,17 +155,17 @@ def test_broker_restarts_mid_stream_lose_and_duplicate_nothing(kafka_broker, bro
          "--kafka-option", "message.timeout.ms=300000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_rows(url, 300, timeout=180)
+        _wait_for_rows(url, 300, timeout=600)
         kafka_broker.stop()                                        # unreachable for 20 s, the job running
         time.sleep(20)
         kafka_broker.start()
         read_before = sink_totals(url)["rows"]
-        _wait_for_rows(url, read_before + 200, timeout=120)        # resumed on its own
+        _wait_for_rows(url, read_before + 200, timeout=600)        # resumed on its own
         assert job.poll() is None, _output(job)
         _terminate(job)
         kafka_broker.stop()                                        # restarted while the job is stopped
         kafka_broker.start()
-        out, err = producer.communicate(timeout=300)
+        out, err = producer.communicate(timeout=600)
         assert producer.returncode == 0, err
     finally:
         if producer.poll() is None:

@@ -148,7 +148,7 @@ def test_bad_security_settings_stop_the_job_and_the_producers_with_one_clear_lin
     assert "Traceback" not in console and "at org.apache" not in console and "Exception" not in console
     assert options["sasl.password"] not in console
     simulate = dirstream("produce", "simulate", "--bootstrap", secured.bootstrap, "--kafka-config", config,
-                         "--count", "10", timeout=120)
+                         "--count", "10", timeout=600)
     assert simulate.returncode != 0 and expected in simulate.stderr, simulate.stderr
     assert len(simulate.stderr.strip().splitlines()) == 1, simulate.stderr
 
@@ -157,7 +157,7 @@ def test_bad_security_settings_stop_the_job_and_the_producers_with_one_clear_lin
 def test_a_missing_or_unreadable_properties_file_is_named(secured, tmp_path, make):
     config = make(tmp_path)
     job = dirstream("run", "--bootstrap", secured.bootstrap, "--kafka-config", str(config), "--sink",
-                    f"sqlite:///{tmp_path / 'sink.db'}", "--checkpoint", str(tmp_path / "ckpt"), "--once", timeout=120)
+                    f"sqlite:///{tmp_path / 'sink.db'}", "--checkpoint", str(tmp_path / "ckpt"), "--once", timeout=600)
     assert job.returncode == 2 and f"cannot read --kafka-config {config}" in job.stdout + job.stderr
     assert not (tmp_path / "ckpt").exists() and not (tmp_path / "sink.db").exists()
     simulate = dirstream("produce", "simulate", "--bootstrap", secured.bootstrap, "--kafka-config", str(config))
@@ -213,7 +213,7 @@ def _get(url: str, tries: int = 60) -> str:
     import urllib.request
     for _ in range(tries):
         try:
-            with urllib.request.urlopen(url, timeout=10) as answer:
+            with urllib.request.urlopen(url, timeout=120) as answer:
                 return answer.read().decode()
         except (urllib.error.URLError, ConnectionError):
             time.sleep(0.5)
