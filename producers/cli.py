@@ -197,7 +197,7 @@ def cmd_capture(args) -> int:
                                                      + "; Ctrl-C stops", file=sys.stderr, flush=True))
     except OSError as exc:
         pub.close()
-        hint = ": capturing needs root or the CAP_NET_RAW capability (README)" \
+        hint = ": capturing needs root or the CAP_NET_RAW capability (docs/running.md)" \
             if isinstance(exc, PermissionError) else ""
         print(f"dirstream produce capture: cannot capture on {args.interface}: {exc}{hint}", file=sys.stderr)
         return EXIT_FAILED
@@ -216,28 +216,59 @@ def cmd_respond(args) -> int:
     return 0
 
 
+FAULT_HELP = {"reorder": "messages delivered out of order (within --reorder-window)",
+              "duplicate": "messages delivered twice",
+              "drop": "MQDSRP change propagations lost (the one flow the protocol heals)",
+              "corrupt": "corrupt copies injected (they become dead letters)",
+              "unauthenticated": "v1 notifications with AuthenticationLevel None injected",
+              "nack": "Nack-class copies injected"}
+
+
 def register(sub) -> None:
-    broker = sub.add_parser("broker", help="start, stop or check the embedded Apache Kafka broker (KRaft)")
+    broker = sub.add_parser("broker", help="start, stop or check the embedded Apache Kafka broker (KRaft)",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            description=f"Start, stop or check the embedded Apache Kafka {KAFKA_VERSION} broker "
+                                        f"(KRaft).",
+                            epilog="example:\n"
+                                   "  dirstream broker start\n"
+                                   "  dirstream broker status --state-dir var/broker\n"
+                                   "  dirstream broker start --security sasl_ssl --state-dir var/secure-broker "
+                                   "--port 19093")
     broker.add_argument("action", choices=["start", "stop", "status", "fetch"],
                         help="fetch: only download the Kafka jars into their cache (start does it when needed)")
-    broker.add_argument("--host", default=DEFAULT_HOST)
-    broker.add_argument("--port", type=int, default=DEFAULT_PORT)
+    broker.add_argument("--host", default=DEFAULT_HOST, help=f"the client listener's address (default {DEFAULT_HOST})")
+    broker.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"the client listener's port (default {DEFAULT_PORT})")
     broker.add_argument("--state-dir", help="where the pid, log and Kafka log directories live "
-                                             "(default: var/broker, or $DIRSTREAM_STATE)")
+                                             "(default: var/broker, or $DIRSTREAM_STATE/broker)")
     broker.add_argument("--heap", default=DEFAULT_HEAP, help=f"the broker JVM's heap (default {DEFAULT_HEAP})")
     broker.add_argument("--security", choices=["plaintext", "sasl_ssl"],
-                        help="the client listener: plaintext (default) or sasl_ssl (TLS + SCRAM-SHA-512; a CA, the "
+                        help="the client listener: plaintext (a new state directory's default) or sasl_ssl (TLS + SCRAM-SHA-512; a CA, the "
                              "broker's key pair and a user are created at the first start, and `start` prints the "
                              "--kafka-config file for clients); fixed when the state directory is first formatted")
     broker.set_defaults(func=cmd_broker)
 
-    produce = sub.add_parser("produce", help="publish traffic: simulate an enterprise, replay captures, respond")
+    produce = sub.add_parser("produce", help="publish traffic: simulate an enterprise, replay captures, respond",
+                             formatter_class=argparse.RawDescriptionHelpFormatter,
+                             description="Publish MSMQ traffic to Kafka: simulate, replay, capture, or answer the job.",
+                             epilog="example:\n"
+                                    "  dirstream produce simulate --seed 1 --count 20000 --truth var/truth.json\n"
+                                    "  dirstream produce respond --truth var/truth.json")
     psub = produce.add_subparsers(dest="produce_command", required=True)
 
-    sim = psub.add_parser("simulate", help="simulate an MSMQ enterprise and publish its traffic with ground truth")
+    sim = psub.add_parser("simulate", help="simulate an MSMQ enterprise and publish its traffic with ground truth",
+                          formatter_class=argparse.RawDescriptionHelpFormatter,
+                          description="Simulate an MSMQ enterprise, publish its traffic and write its ground truth.",
+                          epilog="example:\n"
+                                 "  dirstream produce simulate --seed 1 --count 20000 --truth var/truth.json\n"
+                                 "  dirstream produce simulate --duration 600 --rate 400 --respond --reorder 0.01 "
+                                 "--duplicate 0.01 --drop 0.005 --truth var/truth.json\n"
+                                 "  dirstream produce simulate --count 5000 --pcap var/sim.pcapng "
+                                 "--truth var/sim-truth.json")
     add_kafka_arguments(sim)
-    sim.add_argument("--seed", type=int, default=1)
-    sim.add_argument("--sites", type=int, default=3)
+    sim.add_argument("--seed", type=int, default=1, help="the enterprise and its traffic are a function of it "
+                                                        "(default 1)")
+    sim.add_argument("--sites", type=int, default=3, help="sites, each with a PSC (site 0's is the PEC)")
     sim.add_argument("--bscs", type=int, default=1, help="BSCs per site")
     sim.add_argument("--qms", type=int, default=3, help="queue managers per site")
     sim.add_argument("--queues", type=int, default=4, help="initial queues per queue manager")
@@ -260,32 +291,51 @@ def register(sub) -> None:
                           "directory; larger values give smaller change propagations)")
     faults = sim.add_argument_group("faults (rates between 0 and 1)")
     for name in ("reorder", "duplicate", "drop", "corrupt", "unauthenticated", "nack"):
-        faults.add_argument(f"--{name}", type=_rate, default=0.0)
-    faults.add_argument("--reorder-window", type=int, default=8)
+        faults.add_argument(f"--{name}", type=_rate, default=0.0, help=FAULT_HELP[name])
+    faults.add_argument("--reorder-window", type=int, default=8,
+                        help="messages a reordered one can be moved among (default 8)")
     sim.set_defaults(func=cmd_simulate)
 
     replay = psub.add_parser("replay", help="publish recorded messages: JSON lines, hex lines, raw files, pcap or "
-                                            "pcapng captures (MQQB on TCP 1801, MQSD on UDP 1801)")
+                                            "pcapng captures (MQQB on TCP 1801, MQSD on UDP 1801)",
+                             formatter_class=argparse.RawDescriptionHelpFormatter,
+                             description="Publish recorded messages: JSON or hex lines, raw bodies, pcap/pcapng "
+                                         "captures.",
+                             epilog="example:\n"
+                                    "  dirstream produce replay var/sim.pcapng\n"
+                                    "  dirstream produce replay --protocol mqsd var/mqsd-bodies.hex")
     add_kafka_arguments(replay)
-    replay.add_argument("files", nargs="+")
+    replay.add_argument("files", nargs="+", help="the recordings: files or directories (a directory: one raw body "
+                                                 "per file, in name order)")
     replay.add_argument("--protocol", choices=["mqcn", "mqdsrp", "mqsd"], help="for hex lines and raw files")
-    replay.add_argument("--rate", type=float)
-    replay.add_argument("--partitions", type=int, default=4)
+    replay.add_argument("--rate", type=float, help="messages per second at most")
+    replay.add_argument("--partitions", type=int, default=4, help="partitions of topics created here")
     replay.set_defaults(func=cmd_replay)
 
     capture = psub.add_parser("capture", help="publish the MSMQ traffic seen live on a network interface "
-                                              "(needs root or CAP_NET_RAW), until Ctrl-C")
+                                              "(needs root or CAP_NET_RAW), until Ctrl-C",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              description="Publish the MSMQ traffic seen live on a network interface, until Ctrl-C.",
+                              epilog="example:\n"
+                                     "  dirstream produce capture --interface eth0 "
+                                     "--bpf 'tcp port 1801 or udp port 1801'")
     add_kafka_arguments(capture)
     capture.add_argument("--interface", required=True, help="the interface to capture on, e.g. eth0 or lo")
     capture.add_argument("--bpf", metavar="FILTER", help="a capture filter in BPF syntax, e.g. 'tcp port 1801 or "
                                                          "udp port 1801' (compiled with tcpdump)")
-    capture.add_argument("--partitions", type=int, default=4)
+    capture.add_argument("--partitions", type=int, default=4, help="partitions of topics created here")
     capture.set_defaults(func=cmd_capture)
 
-    respond = psub.add_parser("respond", help="answer the job's sync requests as the object authorities")
+    respond = psub.add_parser("respond", help="answer the job's sync requests as the object authorities",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              description="Answer the job's sync and change requests as the object authorities.",
+                              epilog="example:\n"
+                                     "  dirstream produce respond --truth var/truth.json\n"
+                                     "  dirstream produce respond --truth var/truth.json --idle-exit 60")
     add_kafka_arguments(respond)
     respond.add_argument("--truth", required=True, help="ground truth from `produce simulate --truth`")
-    respond.add_argument("--outbound-topic", default=OUTBOUND_TOPIC)
+    respond.add_argument("--outbound-topic", default=OUTBOUND_TOPIC,
+                         help=f"the topic the job's requests come on (default {OUTBOUND_TOPIC})")
     respond.add_argument("--idle-exit", type=float, help="exit after this many seconds without requests")
     respond.set_defaults(func=cmd_respond)
 

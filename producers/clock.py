@@ -4,7 +4,7 @@ The job's clock is its traffic: each query's watermark is the latest arrival it 
 When a finite run stops (the soak), what waits for later event time waits for ever. A queue manager
 applies a directory version only once its clock has passed it, and the last sync replies are dated
 at the very end of the traffic. Its batching window and a read waiting for a replica run for up to
-15 + 15 minutes (MS-MQCN note <3>; README, "unresolved reads"). A live enterprise's traffic never
+15 + 15 minutes (MS-MQCN note <3>; docs/design.md, "MQCN notification operator"). A live enterprise's traffic never
 stops. A finite run publishes copies of one of its last change notifications instead, dated after
 everything in the raw topics. Each copy is a duplicate, which the queue manager discards ([MS-MQQB]
 3.1.5.8.1: a message id in its MessageIDHistoryTable, kept 30 minutes after it was last seen), so it

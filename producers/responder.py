@@ -311,7 +311,7 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
     An answer is published after everything already on the raw topics, so it arrives after the
     latest arrival on any of them (raw_topic and clock_topics), not only on the MQDSRP topic: the
     notification query's clock is the MQCN and MQSD traffic, and a directory version dated before
-    it would come too late for the reads it has already given up (README, Determinism)."""
+    it would come too late for the reads it has already given up (docs/design.md, "Determinism")."""
     from .kafka import publisher
     from .publish import publish_envelope
 
@@ -343,7 +343,7 @@ def answering_between(items, requests: OutboundRequests, every_s: float = 0.2):
     message already published (the latest arrival among them is "now"), and an MQDSRP message
     published after an answer arrives later than it (overtaken in transport, it arrives later):
     each partition of the raw topic stays in arrival order, which the replication operator's
-    determinism relies on (README, Determinism)."""
+    determinism relies on (docs/design.md, "Determinism")."""
     latest_ms, answered_ms, next_look = None, None, time.monotonic() + every_s
     for protocol, key, envelope in items:
         if protocol == "mqdsrp":

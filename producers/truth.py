@@ -208,8 +208,8 @@ class LostChanges:
     """What a directory server cannot get back by the protocol (MC-MQDSRP 3.2.7.3): a change lost with a
     dropped propagation is in no sync reply once a later change of the same object moved the object's
     SeqNumber past the window the server asks for (an object is sent only when its current SeqNumber
-    lies in it), and a later *partial* update does not carry the property values it set (README,
-    MQDSRP operator: the protocol's own limit). Per live object: the change that last set each
+    lies in it), and a later *partial* update does not carry the property values it set (docs/design.md,
+    "The protocol's own limit"). Per live object: the change that last set each
     property, and the changes of it lost on the way to each server, pruned to those that still set
     a property (so the bookkeeping is bounded by the directory, not the run)."""
 

@@ -107,6 +107,20 @@ def _submitted(browser, box: str, value: str, shows: str, wanted, timeout: float
     return False
 
 
+def _readme_blocks_run_over(folder: Path, truth_file: Path, sink_file: Path) -> None:
+    """The README's runnable blocks, in a folder laid out as `make run` leaves the project's."""
+    import sqlite3
+    from test_docs import run_readme_blocks
+    (folder / "var").mkdir(parents=True)
+    (folder / ".venv").mkdir()
+    (folder / ".venv" / "bin").symlink_to(Path(sys.executable).parent)
+    shutil.copy(truth_file, folder / "var" / "truth.json")
+    with sqlite3.connect(sink_file) as source, sqlite3.connect(folder / "var" / "dirstream.db") as copy:
+        source.backup(copy)
+    printed = run_readme_blocks(folder)
+    assert printed and all(printed), printed
+
+
 def one(sink, sql: str, params=()):
     return sink.query(sql, params)[0]["n"]
 
@@ -128,6 +142,7 @@ def test_every_page_shows_the_sink(broker, tmp_path, browser):
         assert time.monotonic() < deadline, done.stdout[-3000:] if done else output(proc)[-3000:]
         time.sleep(3)
     stop(proc)
+    _readme_blocks_run_over(tmp_path / "project", truth_file, tmp_path / "sink.db")
 
     sink = open_sink(url)
     server, base = serve(url, tmp_path)
@@ -204,7 +219,7 @@ def test_empty_tables_explain_how_to_fill_them(tmp_path, browser):
 
 
 def test_a_sink_that_cannot_be_opened_is_reported(tmp_path):
-    done = dirstream("dashboard", "--sink", f"sqlite:///{tmp_path}/missing/nothing.db", timeout=60)
+    done = dirstream("dashboard", "--sink", f"sqlite:///{tmp_path}/missing/nothing.db", timeout=600)
     assert done.returncode == 2 and "cannot open the SQLite sink" in done.stderr
-    done = dirstream("dashboard", "--sink", "postgresql://nobody@127.0.0.1:1/none", timeout=60)
+    done = dirstream("dashboard", "--sink", "postgresql://nobody@127.0.0.1:1/none", timeout=600)
     assert done.returncode == 2 and "cannot open the PostgreSQL sink" in done.stderr

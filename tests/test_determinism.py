@@ -7,7 +7,7 @@ micro-batches, continuously with the replication query slowed down and a SIGKILL
 partition per topic instead of four. Every table must come out the same, row for row, and verify
 clean (see CONVERGING). Columns left out of the comparison: recorded_at (processing time),
 dead_letters.batch_id (which micro-batch found it), outbound_messages.message_id (scoped by the
-checkpoint, so that two jobs never send the same message id: README, "Determinism").
+checkpoint, so that two jobs never send the same message id: docs/design.md, "Determinism").
 """
 import os
 import signal
@@ -45,8 +45,8 @@ def verified(truth_file, sink, *only) -> subprocess.CompletedProcess:
 
 
 # With lost propagations in a history published all at once, the replicas heal when the responder's
-# replies arrive, and those are dated after everything already on the topic (README, Determinism):
-# a queue manager that read a stale replica before keeps what it read (README, MQCN operator:
+# replies arrive, and those are dated after everything already on the topic (docs/design.md, Determinism):
+# a queue manager that read a stale replica before keeps what it read (docs/design.md, MQCN operator:
 # limits), the same in every configuration. The MQCN tables are compared row for row; verify checks
 # them against the truth in the test below, whose traffic loses nothing.
 CONVERGING = ("discovery", "replication")

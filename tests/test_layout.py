@@ -100,7 +100,7 @@ def test_every_module_belongs_to_a_layer():
     assert [m for m in modules() if layer_of(m) is None and m != "streaming"] == []
 
 
-def test_no_code_comment_cites_a_tracker_number():
+def test_no_code_comment_or_doc_cites_a_tracker_number():
     """A comment says why, citing the spec section or the measured reason: an issue number means
     nothing to a reader of the repository."""
     import re
@@ -109,6 +109,8 @@ def test_no_code_comment_cites_a_tracker_number():
              for top in ("streaming", "producers", "infra", "tests", "schemas")
              for path in sorted((ROOT / top).rglob("*")) if path.suffix in (".py", ".yml", ".avsc", ".sh", ".md")
              for n, line in enumerate(path.read_text().splitlines(), 1) if cited.search(line)]
+    found += [f"{path.relative_to(ROOT)}:{n}" for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+              for n, line in enumerate(path.read_text().splitlines(), 1) if cited.search(line)]
     found += [f"{name}:{n}" for name in ("Makefile", "pyproject.toml")
               for n, line in enumerate((ROOT / name).read_text().splitlines(), 1) if cited.search(line)]
     assert not found, "\n".join(found)

@@ -92,7 +92,7 @@ def notification_differences(job: OfflineJob, truth: dict) -> list[str]:
 def test_queue_managers_end_with_their_queues_whatever_the_micro_batches(batch, drop):
     """One micro-batch with the whole history is left without drops: a replica that stalls at a gap
     shows the healed objects only from its sync reply's time, after the queue managers' last window
-    (README, MQCN operator: limits)."""
+    (docs/design.md, MQCN operator: limits)."""
     envelopes, truth = run(3, 5000, reorder=0.1, drop=drop, unauthenticated=0.05)
     assert truth["discarded_notifications"]
     assert {qm["notification_version"] for qm in truth["queue_managers"].values()} == {"v1", "v2"}

@@ -51,13 +51,25 @@ def cmd_decode(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dirstream", description="MSMQ directory-service traffic to live directory state.")
+    parser = argparse.ArgumentParser(
+        prog="dirstream", description="MSMQ directory-service traffic to live directory state.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example (the embedded broker, a simulated enterprise, the job):\n"
+               "  dirstream broker start\n"
+               "  dirstream produce simulate --seed 1 --count 20000 --truth var/truth.json\n"
+               "  dirstream run --bootstrap 127.0.0.1:19092 --sink sqlite:///var/dirstream.db\n"
+               "\n'dirstream COMMAND --help' describes each command; docs/running.md all of them.")
     parser.add_argument("--version", action="version", version=f"dirstream {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     dec = sub.add_parser("decode", help="decode one raw MQCN, MQDSRP or MQSD body and print it as JSON",
-                         description="Decode one message body. Exit 0 with JSON on stdout; exit 2 with the "
-                                     "error (structure, field, byte offset, reason) on bad input.")
-    dec.add_argument("--protocol", required=True, choices=PROTOCOLS)
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Decode one raw MQCN, MQDSRP or MQSD message body and print it as JSON.\n\n"
+                                     "Exit 0 with JSON on stdout; exit 2 with the error (structure, field, byte\n"
+                                     "offset, reason) on bad input.",
+                         epilog="example:\n"
+                                "  dirstream decode --protocol mqsd "
+                                "--hex \"$(cat tests/vectors/mqsd_4_reply_remote.hex)\"")
+    dec.add_argument("--protocol", required=True, choices=PROTOCOLS, help="the protocol whose body it is")
     source = dec.add_mutually_exclusive_group(required=True)
     source.add_argument("--hex", help="the body as hex digits (whitespace allowed)")
     source.add_argument("--file", help="a file holding the raw body bytes ('-' for stdin)")

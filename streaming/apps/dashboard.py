@@ -5,6 +5,7 @@ on a timer, so it follows a running job. Nothing is written: SQLite is opened re
 lets it read while the job writes) and PostgreSQL sessions are read-only. An empty table shows
 how to fill it; a sink that cannot be opened is reported as such.
 """
+import argparse
 import sys
 
 from ..sinks import masked
@@ -84,10 +85,17 @@ def _add_user(args) -> int:
 
 
 def register(sub) -> None:
-    d = sub.add_parser("dashboard", help="serve a read-only web dashboard over the sink tables")
+    d = sub.add_parser("dashboard", help="serve a read-only web dashboard over the sink tables",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Serve a read-only web dashboard over the sink tables.",
+                       epilog="example:\n"
+                              "  dirstream dashboard --sink sqlite:///var/dirstream.db --port 8050\n"
+                              "  dirstream dashboard --add-user operator --auth-file var/dashboard-users\n"
+                              "  dirstream dashboard --host 0.0.0.0 --auth-file var/dashboard-users")
     d.add_argument("--sink", default="sqlite:///var/dirstream.db", help="the job's sink URL")
-    d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--port", type=int, default=8050)
+    d.add_argument("--host", default="127.0.0.1", help="the address to serve on (default 127.0.0.1; any other "
+                                                       "needs --auth-file)")
+    d.add_argument("--port", type=int, default=8050, help="the port to serve on (default 8050)")
     d.add_argument("--refresh", type=float, default=5.0, help="seconds between refreshes (default 5)")
     d.add_argument("--auth-file", help="users and argon2 password hashes (user:hash lines): every page and callback "
                                        "then needs HTTP Basic credentials; required for a --host other than loopback")

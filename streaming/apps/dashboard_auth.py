@@ -1,4 +1,4 @@
-"""The dashboard's access control (README "Security"): HTTP Basic authentication against an
+"""The dashboard's access control (docs/running.md, "dirstream dashboard"): HTTP Basic authentication against an
 `--auth-file` of `user:argon2-hash` lines (argon2-cffi), checked before every page, asset and
 callback. Basic authentication sends the password with every request: over a network, put TLS in
 front (a reverse proxy), or keep the dashboard on loopback behind a proxy that authenticates."""

@@ -14,9 +14,15 @@ COLUMNS = "server, object_guid, version, kind, seq_number, object_type, path_nam
 
 def register(sub) -> None:
     h = sub.add_parser("history", help="print what each replica held about a directory object, and when",
-                       description="Every version of the object as each replica held it (valid from, valid to, "
-                                   "sequence number, kind, the properties that changed); with --at, the version "
-                                   "each replica held at that moment, whole. Exits 1 if no replica holds it.")
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Print what each replica held about a directory object, and when.\n\n"
+                                   "Every version of the object as each replica held it (valid from, valid to,\n"
+                                   "sequence number, kind, the properties that changed); with --at, the version\n"
+                                   "each replica held at that moment, whole. Exits 1 if no replica holds it.",
+                       epilog="example:\n"
+                              "  dirstream history --object 'qm0-1\\queue0' --sink sqlite:///var/dirstream.db\n"
+                              "  dirstream history --object 'qm0-1\\queue0' --server psc1 --at 2026-01-01T00:05:00Z "
+                              "--sink sqlite:///var/dirstream.db")
     h.add_argument("--object", required=True, help="the object's GUID (or its path name)")
     h.add_argument("--server", help="only this replica (directory server)")
     h.add_argument("--at", type=parse_time, help="a moment (ISO-8601; UTC unless it says otherwise)")

@@ -1,4 +1,5 @@
 """`dirstream run`: the long-running streaming job."""
+import argparse
 import logging
 import signal
 import sys
@@ -16,7 +17,12 @@ from ..wire.topics import OUTBOUND_TOPIC  # noqa: E402
 
 def register(sub, add_kafka_arguments) -> None:
     run = sub.add_parser("run", help="run the streaming job: Kafka -> decode -> sink tables",
-                         description="Runs until stopped (Ctrl-C stops it cleanly after the current batch).")
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Run the streaming job: Kafka -> decode -> operators -> sink tables.\n\n"
+                                     "Runs until stopped (Ctrl-C stops it cleanly after the current batch).",
+                         epilog="example:\n"
+                                "  dirstream run --bootstrap 127.0.0.1:19092 --sink sqlite:///var/dirstream.db\n"
+                                "  dirstream run --once --pec-name pec0 --checkpoint var/checkpoint")
     add_kafka_arguments(run)
     run.add_argument("--sink", default=DEFAULT_SINK, help=f"sqlite:///path.db or postgresql://... "
                                                           f"(default {DEFAULT_SINK})")

@@ -1,4 +1,5 @@
 """`dirstream verify`: compare the sink with the simulator's ground truth and print every difference."""
+import argparse
 import json
 
 from ..sinks import as_bool, open_sink
@@ -9,7 +10,13 @@ CHECKS = ("discovery", "replication", "notifications")
 
 def register(sub) -> None:
     v = sub.add_parser("verify", help="compare the sink tables with a simulated run's ground truth",
-                       description="Prints every difference (missing, extra, different value); exits 1 if any.")
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Compare the sink tables with a simulated run's ground truth.\n\n"
+                                   "Prints every difference (missing, extra, different value); exits 1 if any.",
+                       epilog="example:\n"
+                              "  dirstream verify --truth var/truth.json --sink sqlite:///var/dirstream.db\n"
+                              "  dirstream verify --truth var/truth.json --sink sqlite:///var/dirstream.db "
+                              "--only replication")
     v.add_argument("--truth", required=True, help="ground truth from `dirstream produce simulate --truth`")
     v.add_argument("--sink", required=True, help="the job's sink URL")
     v.add_argument("--only", choices=CHECKS, action="append", help="run only these checks (repeatable)")
@@ -106,9 +113,9 @@ def compare_replication(truth: dict, objects: list[dict], deleted: list[dict], p
     later, bounded by what the authority allows: 3.1.7.2.9).
 
     With `explained` (a list), a missing object whose creation, or a property whose last value, the
-    server could not get goes there instead of into the differences (README: the protocol's own
-    limit): the change was lost with a dropped propagation (the truth's `unreachable`), dropped from
-    the server's full pending collection (3.1.7.2.2), or held pending and discarded as stale once a
+    server could not get goes there instead of into the differences (docs/design.md, "The
+    protocol's own limit"): the change was lost with a dropped propagation (the truth's
+    `unreachable`), dropped from the server's full pending collection (3.1.7.2.2), or held pending and discarded as stale once a
     sync reply moved LastSeqNumber past it (`dropped_pending`: pending_changes rows with status
     dropped or stale), and a later change of the object keeps it out of every sync reply (3.2.7.3:
     an authority answering after that change leaves the object out of the window)."""

@@ -162,7 +162,7 @@ class ReadJudge:
         if later is None:
             # no replica held the authority's value in a newer version, ever: no read at or after this
             # one could return it. The replicas had lost the change that set it (verify's replication
-            # check names it; README: the protocol's own limit), in the copy the read took or in all
+            # check names it; docs/design.md, "The protocol's own limit"), in the copy the read took or in all
             # of them (an older version may have held it: a later change the authority made, then
             # the one that set it back, lost; seen in the short soak)
             elsewhere = self.history.ever(read.guid, lambda v: v.seq == held.seq

@@ -1,7 +1,7 @@
 """Sink rows of one queue manager after a step (sans-IO), and the directory versions the MQDSRP
 operator's object rows give the MQCN operator.
 
-Tables (README): queue_managers, qm_queues, notifications, notification_batches.
+Tables (docs/tables.md): queue_managers, qm_queues, notifications, notification_batches.
 """
 import hashlib
 import json
@@ -60,9 +60,10 @@ def read_columns(prefix: str, read_ms: int | None, read_seq: int | None, since_r
 
 
 def health_columns(s) -> dict:
-    """What the queue manager is waiting on (README "Metrics"): notifications in the batching window,
-    notifications' reads retried until the object appears (a refresh's own reads are not counted: each
-    change of this count records an outcome), and when it last processed notifications."""
+    """What the queue manager is waiting on (docs/running.md, "Metrics and alerts"): notifications in
+    the batching window, notifications' reads retried until the object appears (a refresh's own
+    reads are not counted: each change of this count records an outcome), and when it last
+    processed notifications."""
     return {"notifications_waiting": len(s.pending),
             "unresolved_reads": sum(e[0] is not None for entries in s.unresolved.values() for e in entries),
             "last_processed_at": ts(s.last_processed_ms) if s.last_processed_ms is not None else None}

@@ -1,6 +1,6 @@
 """Sink rows for one replica after a step of the state machine (sans-IO).
 
-Each function returns rows for the tables documented in the README: replication_servers,
+Each function returns rows for the tables documented in docs/tables.md: replication_servers,
 replication_partitions, directory_objects, deleted_objects, pending_changes, outbound_messages.
 GUIDs are lowercase canonical text and sequence numbers 16-digit lowercase hex.
 """

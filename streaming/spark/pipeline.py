@@ -21,7 +21,7 @@ DRIVER_MEMORY = "4g"
 # heap past 128 KiB free; pyarrow allocates from malloc instead of its mimalloc pool, which keeps
 # freed pages. A backlog's micro-batches then raise a worker's memory only while they run.
 # Measured on a 200,000-message backlog in 20,000-record batches: the workers' peak 2,244 -> 1,595 MB,
-# their median 1,618 -> 1,318 MB, the same speed (README, "The hour").
+# their median 1,618 -> 1,318 MB, the same speed (docs/benchmarks.md, "The soak").
 PYTHON_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072",
                      "ARROW_DEFAULT_MEMORY_POOL": "system"}
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3                      # glibc's mallopt parameters (malloc.h)
@@ -45,7 +45,7 @@ def driver_frees_memory() -> None:
 
 def driver_java_options(memory: str) -> str:
     """The driver JVM's heap is fixed at spark.driver.memory and touched whole at start: under a
-    backlog G1 grows it to the whole of it anyway (README, Benchmarks), and an
+    backlog G1 grows it to the whole of it anyway (docs/benchmarks.md), and an
     elastic heap made the JVM's resident memory follow the load (2.1 -> 3.1 GB catching up)."""
     return f"-Xms{memory} -XX:+AlwaysPreTouch"
 
@@ -54,7 +54,7 @@ def default_shuffle_partitions(master: str) -> int:
     """The stateful operators' tasks per micro-batch when the first run of a checkpoint does not say:
     one per core in local mode (each task loads and commits its state store at every micro-batch:
     with 2 partitions instead of 4 on 2 cores the whole job in 2,000-record batches ran 1.11x
-    faster), 4 on a cluster (see the README's cluster section)."""
+    faster), 4 on a cluster (docs/running.md, "Running on a Spark cluster")."""
     if master == "local":
         return 1
     if master.startswith("local[") and master.endswith("]"):

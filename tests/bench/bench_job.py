@@ -7,7 +7,7 @@ Publishes N simulated messages to a fresh embedded broker, then measures in one 
 and prints the ratio of (3) to (1). Targets: >= 20,000 msg/s end to end on 2 cores,
 and >= 1/4 of the raw consume rate. Also samples the driver's RSS per batch (memory stays flat).
 
-Run: make bench-job   (or .venv/bin/python tests/bench/bench_job.py --messages 200000)
+Run: make bench   (or .venv/bin/python tests/bench/bench_job.py --messages 200000)
 """
 import argparse
 import os
