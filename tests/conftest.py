@@ -128,10 +128,15 @@ def postgres_server():
     free loopback port, trust authentication, stopped at the end (infra/postgres.py). The directory
     is not under pytest's base temp: another pytest session resets that to mode 0700, and the server
     runs as the `postgres` user when the tests run as root."""
+    yield from temporary_postgres("dirstream-pg-")
+
+
+def temporary_postgres(prefix: str):
+    """A started TemporaryPostgres for a fixture to yield, stopped and removed afterwards."""
     import shutil
     import tempfile
     from infra.postgres import PostgresError, TemporaryPostgres
-    directory = Path(tempfile.mkdtemp(prefix="dirstream-pg-"))
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         server = TemporaryPostgres(directory, port=free_port())
         server.start()

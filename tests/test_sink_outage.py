@@ -4,31 +4,20 @@ idempotent), a line on the console while it waits, a metric and an alert if it l
 that does not come back stops the job with one clear line. First the sink on its own (a real
 server stopped and started), then the whole job."""
 import logging
-import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import free_port
-from infra.postgres import PostgresError, TemporaryPostgres
+from conftest import temporary_postgres
 from streaming.sinks import OUTAGE, SinkError, open_sink
 
 
 @pytest.fixture
 def own_postgres():
     """A server of this test's own: it is stopped and started again mid-test."""
-    directory = Path(tempfile.mkdtemp(prefix="dirstream-pg-outage-"))
-    try:
-        server = TemporaryPostgres(directory, port=free_port())
-        server.start()
-    except PostgresError as exc:
-        pytest.fail(f"PostgreSQL is needed for this test: {exc}")
-    yield server
-    server.stop()
-    shutil.rmtree(directory, ignore_errors=True)
+    yield from temporary_postgres("dirstream-pg-outage-")
 
 
 def _rows(n: int, first: int = 0) -> dict:
