@@ -409,11 +409,11 @@ class Soak:
         self.catch_up = {"restarted_at": restarted, "behind": behind, "caught_up_after_min": None}
         deadline = restarted + a.catch_up_minutes
         # with timings as figures the limit is no criterion: the wait ends when caught up, or at a
-        # bound only a hang exceeds (the producer may have ended by then: nothing unread is caught up)
+        # bound only a hang exceeds (the producer may have ended by then: nothing unread is a lag of 0 s)
         waited = restarted + max(a.catch_up_minutes, CATCH_UP_HANG_MINUTES) if a.timings_as_figures else deadline
 
         def caught_up(now: dict) -> bool:
-            return len(now) == len(QUERIES) and all(v["unread"] == 0 or (v["lag_s"] is not None and v["lag_s"] <= a.max_lag_s)
+            return len(now) == len(QUERIES) and all(v["lag_s"] is not None and v["lag_s"] <= a.max_lag_s
                                                     for v in now.values()) and self._read_since(restarted, now)
         if self.watch(waited, "catch-up", caught_up):
             self.catch_up["caught_up_after_min"] = round(self.minute() - restarted, 2)
