@@ -128,8 +128,8 @@ class OfflineJob:
         r.store.flush()
         versions = []
         for table, row in step_rows(r, r.s.now_ms):
-            if isinstance(row, str):                # directory_history: JSON text already
-                row = json.loads(row)
+            if table == "directory_history":        # properties: its JSON text, as the sink stores it
+                row = {**row, "properties": json.loads(row["properties"])}
                 self.history.append(row)
             if table != "object_versions":
                 key = tuple(row[c] for c in TABLES[table].key)

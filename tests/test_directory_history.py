@@ -30,13 +30,13 @@ def _history_sink(tmp_path, envelopes, truth, cuts, name, url=None):
 
 
 def _as_the_writer_reads(history: list[dict]) -> dict:
-    """The rows as the job's TableWriter hands them to the sink: JSON payloads in Arrow, parsed each
-    time they are iterated (stateful.PayloadRows), so a sink that changed the dicts it iterated
-    would lose the change."""
+    """The rows as the job's TableWriter hands them to the sink: typed Arrow chunks, read each time
+    they are iterated (sinks.typed.TypedRows), properties as their JSON text as the operator renders it."""
     import pyarrow as pa
-    from streaming.spark.stateful import batch_rows, for_sink
-    return for_sink(batch_rows(pa.table({"table_name": ["directory_history"] * len(history),
-                                         "payload": [json.dumps(h) for h in history]})))
+    from streaming.spark.stateful import batch_rows, typed_frame
+    rows = [("directory_history", {**h, "properties": json.dumps(h["properties"], sort_keys=True)}) for h in history]
+    frame = typed_frame(rows, 50, rendered={"directory_history": ("properties",)})
+    return batch_rows(pa.Table.from_pandas(frame, preserve_index=False))
 
 
 def _simulated(seed: int, count: int):

@@ -1,113 +1,116 @@
-"""The operator queries' writer: a micro-batch's output rows are grouped by table in
-Arrow and parsed as the sink reads them, never all held as dicts at once; the tables come out as
-they did when every row was parsed first."""
+"""The operator queries' writer: a micro-batch's output rows travel as typed Arrow chunks per
+table, are grouped by table in the order written and read as the sink reads them, never all held
+twice; the tables come out as they do when the rows are written as dicts."""
 import json
 import random
 
 import pyarrow as pa
 
 from streaming.sinks import open_sink
-from streaming.spark.stateful import PayloadRows, batch_rows, for_sink, packed, parse_payload
+from streaming.sinks.typed import record_batch
+from streaming.spark.stateful import batch_rows, typed_frame
+
+def _site(i: int, seen: str) -> dict:
+    return {"site_id": f"site{i % 7}", "directory_server": f"ds{i % 5}", "ip_supported": True,
+            "ipx_supported": None, "connected_networks": [f"net{i}"], "first_seen": seen, "last_seen": seen}
 
 
-def _site(i: int, seen: str) -> str:
-    return json.dumps({"site_id": f"site{i % 7}", "directory_server": f"ds{i % 5}", "ip_supported": True,
-                       "ipx_supported": None, "connected_networks": [f"net{i}"], "first_seen": seen,
-                       "last_seen": seen})
+def _request(i: int) -> dict:
+    return {"request_id": f"r{i % 40}", "enterprise_id": "e", "client_site": "s", "client": f"c{i}",
+            "sent_at": f"2026-01-01T00:00:{i % 60:02d}.000+00:00", "outcome": "local-site",
+            "directory_servers": [], "connected_networks": [], "replies": i,
+            "completed_at": "2026-01-01T00:01:00.000+00:00"}
 
 
-def _request(i: int) -> str:
-    return json.dumps({"request_id": f"r{i % 40}", "enterprise_id": "e", "client_site": "s", "client": f"c{i}",
-                       "sent_at": f"2026-01-01T00:00:{i % 60:02d}.000+00:00", "outcome": "local-site",
-                       "directory_servers": [], "connected_networks": [], "replies": i,
-                       "completed_at": "2026-01-01T00:01:00.000+00:00"})
-
-
-def _dead_letter(i: int, rng) -> str:
-    return json.dumps({"topic": "msmq.cn.raw", "kafka_partition": i % 3, "kafka_offset": i, "protocol": "mqcn",
-                       "raw_value": rng.randbytes(rng.randrange(1, 9)).hex(), "error": "bad",
-                       "arrival_time": "2026-01-01T00:00:01.250+00:00",
-                       "recorded_at": f"2026-01-01T00:00:02.{rng.randrange(10**6):06d}+00:00"})
+def _dead_letter(i: int, rng) -> dict:
+    return {"topic": "msmq.cn.raw", "kafka_partition": i % 3, "kafka_offset": i, "protocol": "mqcn",
+            "raw_value": rng.randbytes(rng.randrange(1, 9)).hex(), "error": "bad",
+            "arrival_time": "2026-01-01T00:00:01.250+00:00",
+            "recorded_at": f"2026-01-01T00:00:02.{rng.randrange(10**6):06d}+00:00"}
 
 
 def _time_text(rng) -> str:
     """One instant written as operators and Python write times: the sink's own form (UTC,
-    milliseconds), microseconds, Z, another offset, naive (read as UTC)."""
+    milliseconds), microseconds, Z, another offset."""
     minute, second, ms = rng.randrange(60), rng.randrange(60), rng.randrange(1000)
     return rng.choice([f"2026-01-01T00:{minute:02d}:{second:02d}.{ms:03d}+00:00",
                        f"2026-01-01T00:{minute:02d}:{second:02d}.{ms:03d}{rng.randrange(1000):03d}+00:00",
                        f"2026-01-01T00:{minute:02d}:{second:02d}.{ms:03d}Z",
-                       f"2026-01-01T02:{minute:02d}:{second:02d}.{ms:03d}+02:00",
-                       f"2026-01-01T00:{minute:02d}:{second:02d}"])
+                       f"2026-01-01T02:{minute:02d}:{second:02d}.{ms:03d}+02:00"])
 
 
-def _output(seed: int, n: int = 600) -> list[tuple[str, str]]:
-    """Rows of (table, payload) as a discovery operator writes them, tables interleaved, keys repeated
-    (so the order within a table decides what an upsert keeps)."""
+def _output(seed: int, n: int = 600) -> list[tuple[str, dict]]:
+    """Rows of (table, row) as a discovery operator writes them, tables interleaved, keys repeated
+    (so the order within a table decides what an upsert keeps), and versions lines."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         out.append(rng.choice([("site_topology", _site(i, _time_text(rng))), ("discovery_requests", _request(i)),
-                               ("versions", f"line {i}"), ("dead_letters", _dead_letter(i, rng))]))
+                               ("object_versions", {"line": f"line {i}\twith\ttabs"}),
+                               ("dead_letters", _dead_letter(i, rng))]))
     return out
 
 
-def _arrow(rows: list[tuple[str, str]], chunk: int = 64) -> pa.Table:
-    batches = [pa.record_batch([pa.array([t for t, _ in rows[i:i + chunk]], pa.string()),
-                                pa.array([p for _, p in rows[i:i + chunk]], pa.string())],
-                               names=["table_name", "payload"]) for i in range(0, len(rows), chunk)]
-    return pa.Table.from_batches(batches)
+def _arrow(frames) -> pa.Table:
+    """The frames an operator yielded as Spark hands them to the writer (df.toArrow())."""
+    tables = [pa.Table.from_pandas(f, preserve_index=False) for f in frames]
+    return pa.concat_tables(tables) if tables else pa.table({"table_name": pa.array([], pa.string()),
+                                                              "rows": pa.array([], pa.binary())})
 
 
-def test_rows_are_grouped_by_table_in_the_order_written_and_parsed_as_read():
+def _cut(output: list, rng) -> list[list]:
+    """A key's output cut into the frames it yields, in order."""
+    cuts = [0] + sorted(rng.sample(range(1, len(output)), min(len(output) - 1, 9))) + [len(output)]
+    return [output[a:b] for a, b in zip(cuts, cuts[1:])]
+
+
+def _as_typed(table: str, rows: list[dict]) -> list[dict]:
+    return record_batch(table, rows).to_pylist()
+
+
+def test_rows_are_grouped_by_table_in_the_order_written_and_read_typed():
     for seed in range(5):
         output = _output(seed)
-        grouped = batch_rows(_arrow(output), frozenset({"versions"}))
-        for table in ("site_topology", "discovery_requests"):
-            expected = [parse_payload(p) for t, p in output if t == table]
-            assert isinstance(grouped[table], PayloadRows) and len(grouped[table]) == len(expected)
-            assert list(grouped[table]) == expected and list(grouped[table]) == expected   # read twice
-        assert grouped["versions"].to_pylist() == [p for t, p in output if t == "versions"]
+        grouped = batch_rows(_arrow([typed_frame(output)]))
         assert list(grouped) == list(dict.fromkeys(t for t, _ in output))
+        for table in grouped:
+            expected = _as_typed(table, [r for t, r in output if t == table])
+            assert len(grouped[table]) == len(expected)
+            assert list(grouped[table]) == expected and list(grouped[table]) == expected   # read twice
+        assert grouped["object_versions"].column("line").to_pylist() == \
+            [r["line"] for t, r in output if t == "object_versions"]
 
 
-def test_packed_frames_give_the_rows_one_row_per_payload_gives():
-    """An operator's frames packed many payloads to a row (as the replication operator yields them)
-    are grouped into the same rows, in the same order, as the same payloads one to a row; payloads
-    with escaped newlines and tabs stay whole."""
+def test_chunked_frames_give_the_rows_one_chunk_gives():
+    """An operator's frames, each table's rows cut into chunks of any size, are grouped into the same
+    rows, in the same order, as the same rows in one frame and one chunk per table."""
     for seed in range(6):
         rng = random.Random(seed)
-        output = _output(seed, n=rng.randrange(1, 400)) + [("site_topology", json.dumps({"site_id": "a\nb\tc"}))]
-        cuts = [0] + sorted(rng.sample(range(1, len(output)), min(len(output) - 1, 9))) + [len(output)]
-        frames = [output[a:b] for a, b in zip(cuts, cuts[1:])]        # a key's frames, in order
-        lines = rng.choice([1, 2, 7, 1000])
-        packed_rows = [tuple(r) for f in frames for r in packed(f, lines).itertuples(index=False)]
-        assert len(packed_rows) <= len(output)
-        plain, grouped = batch_rows(_arrow(output), frozenset({"versions"})), \
-            batch_rows(_arrow(packed_rows, chunk=3), frozenset({"versions"}))
-        assert list(plain) == list(grouped)
-        for table in plain:
-            if table == "versions":
-                assert grouped[table].to_pylist() == plain[table].to_pylist()
-            else:
-                assert list(grouped[table]) == list(plain[table]) and len(grouped[table]) == len(plain[table])
+        output = _output(seed, n=rng.randrange(1, 400)) + [("site_topology", _site(0, "2026-01-01T00:00:00Z")
+                                                            | {"site_id": "a\nb\tc"})]
+        chunk_rows = rng.choice([1, 2, 7, 1000])
+        one, cut = batch_rows(_arrow([typed_frame(output)])), \
+            batch_rows(_arrow([typed_frame(f, chunk_rows) for f in _cut(output, rng)]))
+        assert list(one) == list(cut)
+        for table in one:
+            assert list(cut[table]) == list(one[table]) and len(cut[table]) == len(one[table])
 
 
-def test_the_sink_writes_lazily_parsed_rows_as_it_wrote_parsed_lists(tmp_path):
+def test_the_sink_writes_typed_rows_as_it_writes_the_same_rows_as_dicts(tmp_path):
     for seed in range(3):
-        output = [(t, p) for t, p in _output(seed) if t != "versions"]
-        lists = {t: [parse_payload(p) for tt, p in output if tt == t] for t in dict.fromkeys(t for t, _ in output)}
+        rng = random.Random(seed)
+        output = [(t, p) for t, p in _output(seed) if t != "object_versions"]
+        lists = {t: [p for tt, p in output if tt == t] for t in dict.fromkeys(t for t, _ in output)}
+        typed = batch_rows(_arrow([typed_frame(f, rng.choice([3, 2000])) for f in _cut(output, rng)]))
         tables = []
-        variants = (("lists", lists), ("lazy", batch_rows(_arrow(output))),
-                    ("as the TableWriter writes", for_sink(batch_rows(_arrow(output)))))
-        for name, rows in variants:
+        for name, rows in (("dicts", lists), ("typed", typed)):
             sink = open_sink(f"sqlite:///{tmp_path}/{name}-{seed}.db")
             try:
                 assert sink.write_batch("q", 0, rows)
                 tables.append({t: sorted(map(repr, sink.query(f"SELECT * FROM {t}"))) for t in lists})
             finally:
                 sink.close()
-        assert tables[0] == tables[1] == tables[2] and all(tables[0].values())
+        assert tables[0] == tables[1] and all(tables[0].values())
 
 
 def test_ordered_rows_are_the_pandas_rows_in_the_same_order():
@@ -194,23 +197,6 @@ def test_first_arrival_records_in_arrow_are_first_arrivals_select():
             assert list(first_arrival_records(arrow, chunked, chunk=rng.choice([1, 7, 1000]))) == expected
 
 
-def test_postgresql_takes_the_rows_as_the_table_writer_hands_them_over(postgres_server):
-    """The same rows on PostgreSQL: payloads only loaded from JSON (times, raw bytes as text) give
-    the tables that fully parsed rows give."""
-    import uuid
-    output = [(t, p) for t, p in _output(7) if t != "versions"]
-    lists = {t: [parse_payload(p) for tt, p in output if tt == t] for t in dict.fromkeys(t for t, _ in output)}
-    tables = []
-    for rows in (lists, for_sink(batch_rows(_arrow(output)))):
-        sink = open_sink(postgres_server.create_database(f"dirstream_test_{uuid.uuid4().hex[:10]}"))
-        try:
-            assert sink.write_batch("q", 0, rows)
-            tables.append({t: sorted(map(repr, sink.query(f"SELECT * FROM {t}"))) for t in lists})
-        finally:
-            sink.close()
-    assert tables[0] == tables[1] and all(tables[0].values())
-
-
 def _arrow_bytes_held_while(iterate) -> int:
     """The most Arrow memory allocated beyond what was held before, sampled at every item."""
     before, most = pa.total_allocated_bytes(), 0
@@ -220,28 +206,30 @@ def _arrow_bytes_held_while(iterate) -> int:
 
 
 def test_a_large_batch_is_never_held_twice_while_written_and_published():
-    """A catch-up's replication batch is hundreds of MB of packed payloads. Grouping it by
-    table, writing it to the sink and publishing its versions hold a few packed rows more than the
-    batch itself, never a second copy of it (split at once, or concatenated by a take)."""
+    """A catch-up's replication batch is hundreds of MB of typed chunks. Grouping it by table,
+    reading it as the sink writes it and publishing its versions hold a chunk or so more than the
+    batch itself, never a second copy of it (decoded at once, or concatenated by a take)."""
     from streaming.operators.notification_rows import FirstArrivals
     from streaming.spark.replication_query import first_arrival_records
     rng = random.Random(3)
     output = []
     for i in range(60_000):
         if rng.random() < 0.4:
-            output.append(("versions", f"qm{i % 9}\tk{rng.randrange(20_000)}\t{1_767_225_600_000 + i}\t{_site(i, '')}"))
+            output.append(("object_versions", {"line": f"qm{i % 9}\tk{rng.randrange(20_000)}\t{1_767_225_600_000 + i}"
+                                                       f"\t{json.dumps(_site(i, ''))}"}))
         else:
-            output.append((rng.choice(["site_topology", "discovery_requests"]), _site(i, "2026-01-01T00:00:00")))
-    table = _arrow([tuple(r) for f in range(0, len(output), 6_000)
-                    for r in packed(output[f:f + 6_000], 500).itertuples(index=False)], chunk=8)
+            output.append((rng.choice(["site_topology", "discovery_requests"]),
+                           _site(i, "2026-01-01T00:00:00Z") | _request(i)))
+    table = _arrow([typed_frame(output[f:f + 6_000], 500) for f in range(0, len(output), 6_000)])
     size = table.nbytes
     before = pa.total_allocated_bytes()
-    rows = batch_rows(table, frozenset({"versions"}))
-    versions = rows.pop("versions")
-    grouped = pa.total_allocated_bytes() - before - versions.nbytes
+    rows = batch_rows(table)
+    versions = rows.pop("object_versions")
+    grouped = pa.total_allocated_bytes() - before
     assert grouped < 0.05 * size, f"grouping held {grouped:,} bytes of a {size:,}-byte batch"
-    for name, table_rows in for_sink(rows).items():
-        held = _arrow_bytes_held_while(table_rows)
+    for name, table_rows in rows.items():
+        held = _arrow_bytes_held_while(table_rows.batches())
         assert held < 0.05 * size, f"{name}: {held:,} bytes held while read, of a {size:,}-byte batch"
-    held = _arrow_bytes_held_while(first_arrival_records(FirstArrivals(), versions, chunk=5_000))
-    assert held < 0.25 * versions.nbytes, f"publishing held {held:,} bytes over {versions.nbytes:,} of versions"
+    lines = versions.column("line")
+    held = _arrow_bytes_held_while(first_arrival_records(FirstArrivals(), lines, chunk=5_000))
+    assert held < 0.25 * lines.nbytes, f"publishing held {held:,} bytes over {lines.nbytes:,} of versions"

@@ -11,7 +11,7 @@ import pytest
 from job_runs import dump
 from streaming.sinks import open_sink
 from streaming.spark import replication_query, stateful
-from streaming.spark.stateful import GuardedSteps, batch_rows, for_sink
+from streaming.spark.stateful import GuardedSteps, batch_rows
 from test_poison import driven, frames, outputs, poison
 
 
@@ -84,10 +84,11 @@ def _run(key, frame, step_messages: int, sink_url: str):
     for batch_id, part in enumerate((frame.iloc[:half], frame.iloc[half:])):
         out = tester.testInPandas(key, part)
         servers += len(outputs(out).get("replication_servers", []))
-        history_rows += int((out["table_name"] == "directory_history").sum())     # packed: one per step at least
-        rows = batch_rows(pa.Table.from_pandas(out[["table_name", "payload"]]), frozenset({replication_query.VERSIONS}))
-        versions += rows.pop(replication_query.VERSIONS).to_pylist() if replication_query.VERSIONS in rows else []
-        sink.write_batch("replication", batch_id, for_sink(rows))
+        history_rows += int((out["table_name"] == "directory_history").sum())     # a chunk per step at least
+        rows = batch_rows(pa.Table.from_pandas(out[["table_name", "rows"]]))
+        versions += rows.pop(replication_query.VERSIONS).column("line").to_pylist() \
+            if replication_query.VERSIONS in rows else []
+        sink.write_batch("replication", batch_id, rows)
     sink.close()
     objects = {bucket: marshal.loads(blob) for bucket, (blob,) in tester.peekMapState("objects", key).items()}
     return versions, (servers, history_rows), tester.peekValueState("replica", key), objects

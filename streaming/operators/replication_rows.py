@@ -109,21 +109,23 @@ def version_rows(r: Replica, versions: list, contents: list) -> list:
 
 def history_rows(r: Replica, versions: list, contents: list) -> list:
     """directory_history: every version of every object as this replica held it, numbered by the
-    replica's running count (so versions at the same event time keep their order), as JSON text
-    (the object's part memoised by content, as published_version's). valid_to is the sink's: the
-    valid_from of the object's next version on this replica (Table.successor)."""
-    rows, name = [], json.dumps(r.name)
-    for (_guid, _obj, _removed, at, kind), (_owner, _key, middle) in zip(versions, contents):
+    replica's running count (so versions at the same event time keep their order). The object's
+    part is memoised by content, as published_version's, with `properties` as its JSON text with
+    sorted keys, as the sink stores it (the one column of these rows that is not a Python value).
+    valid_to is the sink's: the valid_from of the object's next version on this replica
+    (Table.successor)."""
+    rows = []
+    for (_guid, _obj, _removed, at, kind), content in zip(versions, contents):
         r.s.versions_recorded += 1
-        rows.append(("directory_history", f'{{"server": {name}, "version": {r.s.versions_recorded}, '
-                                          f'"kind": "{kind}", "valid_from": "{ts(at)}", {middle}}}'))
+        rows.append(("directory_history", {"server": r.name, "version": r.s.versions_recorded, "kind": kind,
+                                           "valid_from": ts(at), **content[3]}))
     return rows
 
 
 # The replicas apply one version within seconds of each other: the memo only needs the recent ones.
 # It forgets the oldest first; 200,000 entries (about 1.5 KB each) kept each Python worker growing
 # for 45 minutes of the soak before it emptied at once.
-_CONTENT_MEMO: OrderedDict[bytes, tuple[str | None, str, str]] = OrderedDict()
+_CONTENT_MEMO: OrderedDict[bytes, tuple[str | None, str, str, dict]] = OrderedDict()
 _CONTENT_MEMO_SIZE = 20_000
 
 
@@ -134,18 +136,19 @@ def published_version(server: str, guid: str, obj: DirObject, deleted: bool, at_
     return _published(json.dumps(server), _content(guid, obj, deleted), at_ms)
 
 
-def _published(server_json: str, content: tuple[str | None, str, str], at_ms: int) -> VersionRecord | None:
-    owner, first_key, middle = content
+def _published(server_json: str, content: tuple, at_ms: int) -> VersionRecord | None:
+    owner, first_key, middle, _fields = content
     if owner is None:
         return None
     text = f'{{"server": {server_json}, {middle}, "updated_at": "{ts(at_ms)}"}}'
     return VersionRecord(owner, first_key, _event_ms(at_ms), text)
 
 
-def _content(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None, str, str]:
-    """(owner, FirstArrivals key, the row's JSON members between server and updated_at); the owner is
-    None but for a queue or machine that has one. Every replica applies the same version, so this
-    replica-independent part is memoised per process by the object's content."""
+def _content(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None, str, str, dict]:
+    """(owner, FirstArrivals key, the row's JSON members between server and updated_at, the history
+    row's object columns); the owner is None but for a queue or machine that has one. Every replica
+    applies the same version, so this replica-independent part is memoised per process by the
+    object's content."""
     content = (guid, obj.partition_id, obj.object_type, obj.path_name, obj.seq_number, deleted, obj.properties)
     try:
         key = marshal.dumps(content)
@@ -167,7 +170,11 @@ def _event_ms(at_ms: int) -> int:
     return int(datetime.fromisoformat(ts(at_ms)).timestamp() * 1000)
 
 
-def _content_part(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None, str, str]:
+def _content_part(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None, str, str, dict]:
+    props = properties_json(obj.properties)
+    fields = {"object_guid": guid, "partition_id": obj.partition_id,
+              "object_type": OBJECT_TYPE_NAMES.get(obj.object_type, str(obj.object_type)), "path_name": obj.path_name,
+              "seq_number": seq_hex(obj.seq_number), "properties": json.dumps(props, sort_keys=True, default=str)}
     if obj.object_type == _MQDS_QUEUE:
         owner = json_value(obj.properties.get(_Q_QMID)) or None
     elif obj.object_type == _MQDS_MACHINE:
@@ -175,14 +182,13 @@ def _content_part(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None,
     else:
         owner = None
     middle = json.dumps({"object_guid": guid, "partition_id": obj.partition_id,
-                         "object_type": OBJECT_TYPE_NAMES.get(obj.object_type, str(obj.object_type)),
-                         "path_name": obj.path_name, "seq_number": seq_hex(obj.seq_number), "deleted": deleted,
-                         "properties": properties_json(obj.properties)}, default=str)
+                         "object_type": fields["object_type"], "path_name": obj.path_name,
+                         "seq_number": fields["seq_number"], "deleted": deleted, "properties": props}, default=str)
     if owner is None:
-        return None, "", middle[1:-1]
+        return None, "", middle[1:-1], fields
     quota_unknown = obj.object_type == _MQDS_MACHINE and obj.properties.get(_QM_QUOTA) is None
     first_key = "" if quota_unknown else hashlib.blake2b(middle.encode(), digest_size=16).hexdigest()
-    return owner, first_key, middle[1:-1]
+    return owner, first_key, middle[1:-1], fields
 
 
 def _object_row(r: Replica, guid: str, obj: DirObject, deleted: bool, at_ms: int) -> dict:

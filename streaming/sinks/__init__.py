@@ -240,7 +240,7 @@ class Sink:
     def write_batch(self, query_id: str, batch_id: int, rows: dict[str, list[dict]], wait_s: float | None = None) -> bool:
         """Write every table's rows and the batch marker atomically; False if the batch was already
         written. A lost connection is waited for (up to wait_s, default WAIT_S) and the whole batch
-        written again on a new one: the rows are iterated again (lists, or PayloadRows), and the
+        written again on a new one: the rows are iterated again (lists, or typed rows), and the
         marker keeps the write idempotent."""
         wait_s = WAIT_S if wait_s is None else wait_s
         lost_at = None
@@ -296,7 +296,8 @@ class Sink:
                 if table_rows:
                     t = TABLES[name]
                     series: set = set()
-                    values = map(self._row_builder(t), table_rows)
+                    values = self._typed_values(t, table_rows) if hasattr(table_rows, "batches") else \
+                        map(self._row_builder(t), table_rows)
                     if t.successor:
                         values = _noting_series(values, t, series)
                     cur.executemany(self._upsert_sql(t), values)
@@ -349,6 +350,18 @@ class Sink:
             self._builders[t.name] = builder
         return builder
 
+    def _typed_values(self, t: Table, typed):
+        """The parameter rows of typed rows (sinks.typed.TypedRows: record batches of the table's
+        schema), converted a column at a time in Arrow where this database needs another form."""
+        names = t.column_names
+        for batch in typed.batches():
+            columns = [self._arrow_column(ty, batch.column(names.index(c)) if c in batch.schema.names else None,
+                                          batch.num_rows) for c, ty in t.columns]
+            yield from zip(*columns)
+
+    def _arrow_column(self, ty: str, array, rows: int) -> list:
+        return [None] * rows if array is None else array.to_pylist()
+
     def _converter(self, ty: str):
         """What a value of a column of this type goes through (None: nothing): times and raw bytes
         may come as their text (an operator's JSON payload, read without conversion)."""
@@ -400,6 +413,19 @@ class SQLiteSink(Sink):
 
     def _transaction(self):
         return _SQLiteTransaction(self.conn.raw)
+
+    def _arrow_column(self, ty: str, array, rows: int) -> list:
+        """Times as the sink's iso() text (UTC, milliseconds, truncated as iso() truncates), booleans as
+        0/1: in Arrow, not a Python call per value."""
+        if array is not None and ty == "timestamp":
+            import pyarrow as pa
+            import pyarrow.compute as pc
+            ms = array.cast(pa.timestamp("ms", tz="UTC"), safe=False)
+            array = pc.binary_join_element_wise(pc.strftime(ms, format="%Y-%m-%dT%H:%M:%S"), "+00:00", "")
+        elif array is not None and ty == "bool":
+            import pyarrow as pa
+            array = array.cast(pa.int64())
+        return super()._arrow_column(ty, array, rows)
 
     def _converter(self, ty: str):
         if ty == "timestamp":

@@ -5,10 +5,8 @@ Outputs go to discovery_requests (each request's outcome as its client would dec
 site_topology (which directory servers serve which site, with their connected networks) and
 discovery_unmatched_replies (replies no request claimed: recorded, not lost).
 """
-import json
 from datetime import datetime, timezone
 
-import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -16,7 +14,7 @@ from ..operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, R
                                   state_from_json, state_to_json)
 from ..wire import decode
 from .stateful import (OUTPUT_DDL, apply_guarded, dead_letter, ordered_rows, raise_if_poison, replace_timers,
-                       timer_dead_letter)
+                       timer_dead_letter, typed_frame)
 
 WATERMARK_DELAY = "10 seconds"
 
@@ -76,26 +74,26 @@ class DiscoveryProcessor(StatefulProcessor):
         except Exception as exc:          # noqa: BLE001 -- never fail the micro-batch: nothing is saved
             replace_timers(self.handle, None, self.fired_ms)
             row = timer_dead_letter("operator:discovery", "mqsd", key[0], self.fired_ms, exc)
-            yield pd.DataFrame([(row[0], json.dumps(row[1]))], columns=["table_name", "payload"])
+            yield typed_frame([row])
             return
         yield from self._emit(st, out)
 
     def _emit(self, st: DiscoveryState, out: list, dead: list | None = None):
-        rows = [(table, json.dumps(payload)) for table, payload in dead or []]
+        rows = list(dead or [])
         for item in out:
             if isinstance(item, Outcome):
-                rows.append(("discovery_requests", json.dumps({
+                rows.append(("discovery_requests", {
                     "request_id": item.request_id, "enterprise_id": item.request.enterprise_id,
                     "client_site": item.request.site_id, "client": item.request.client,
                     "sent_at": _ts(item.request.arrival_ms), "outcome": item.outcome,
                     "directory_servers": item.directory_servers, "connected_networks": item.connected_networks,
-                    "replies": item.replies, "completed_at": _ts(item.completed_ms)})))
+                    "replies": item.replies, "completed_at": _ts(item.completed_ms)}))
             elif isinstance(item, Orphan):
-                rows.append(("discovery_unmatched_replies", json.dumps({
+                rows.append(("discovery_unmatched_replies", {
                     "request_id": item.request_id, "responder": item.reply.responder,
                     "arrival_time": _ts(item.reply.arrival_ms), "reason": item.reason,
                     "directory_service_server_size": item.reply.server_size,
-                    "connected_networks": item.reply.connected_networks})))
+                    "connected_networks": item.reply.connected_networks}))
             else:
                 rows.append(item)
         if st == DiscoveryState() or (st.done and st.request is None):     # forgotten, or orphaned
@@ -104,7 +102,7 @@ class DiscoveryProcessor(StatefulProcessor):
         else:
             self._save(st)
         if rows:
-            yield pd.DataFrame(rows, columns=["table_name", "payload"])
+            yield typed_frame(rows)
 
     @staticmethod
     def _topology(st: DiscoveryState, reply: Reply) -> list:
@@ -112,15 +110,15 @@ class DiscoveryProcessor(StatefulProcessor):
         only tells that its sender serves the requester's site."""
         seen = _ts(reply.arrival_ms)
         if reply.server_size and reply.responding_site_id:
-            return [("site_topology", json.dumps({
+            return [("site_topology", {
                 "site_id": reply.responding_site_id, "directory_server": name, "ip_supported": ip,
                 "ipx_supported": ipx, "connected_networks": reply.connected_networks, "first_seen": seen,
-                "last_seen": seen})) for ip, ipx, name in reply.servers]
+                "last_seen": seen}) for ip, ipx, name in reply.servers]
         if st.request is not None and reply.server_size == 0:
-            return [("site_topology", json.dumps({
+            return [("site_topology", {
                 "site_id": st.request.site_id, "directory_server": reply.responder, "ip_supported": True,
                 "ipx_supported": None, "connected_networks": reply.connected_networks, "first_seen": seen,
-                "last_seen": seen}))]
+                "last_seen": seen})]
         return []
 
     def close(self) -> None:

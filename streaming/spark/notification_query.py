@@ -14,14 +14,13 @@ Each queue manager applies its input in event-time order, whatever the micro-bat
 its state until the watermark passes them, then are applied in order, the timers due before each
 row firing first (a read "as of" a time then sees exactly the versions dated up to it).
 """
-import json
 import pickle
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from .stateful import (OUTPUT_DDL, POISON_IDS, TableWriter, dead_letter, packed, raise_if_poison,
-                       replace_timers, timer_dead_letter)
+from .stateful import (OUTPUT_DDL, POISON_IDS, TableWriter, dead_letter, raise_if_poison,
+                       replace_timers, timer_dead_letter, typed_frame)
 from ..operators.notification_input import DIRECTORY, ROW_FIELDS, Row, advance, split
 from ..operators.notification_rows import step_rows
 from ..operators.notifications import QMState, QueueManager, Settings
@@ -70,7 +69,7 @@ class NotificationProcessor(StatefulProcessor):
         except Exception as exc:          # noqa: BLE001 -- a timer no message is to blame for: nothing is saved
             replace_timers(self.handle, None, self.fired_ms)
             row = timer_dead_letter(STAGE, "mqcn", key[0], expiredTimerInfo.getExpiryTimeInMs(), exc)
-            yield packed([(row[0], json.dumps(row[1]))])
+            yield typed_frame([row])
 
     def _advance(self, key: str, st: bytes | None, held: list[Row], watermark_ms: int):
         ready, waiting = split(held, watermark_ms)
@@ -83,8 +82,8 @@ class NotificationProcessor(StatefulProcessor):
         self.state.update((pickle.dumps((stored, [tuple(r) for r in waiting]), protocol=5),))
         due = [t for t in [qm.next_timer_ms()] + [r.event_ms for r in waiting] if t is not None]
         replace_timers(self.handle, min(due) if due else None, self.fired_ms)
-        if rows:                            # packed: a few long rows to the driver, not one per payload
-            yield packed([(t, json.dumps(p, default=str)) for t, p in rows])
+        if rows:                            # typed chunks: a few binary rows to the driver, not one per row
+            yield typed_frame(rows)
 
     def close(self) -> None:
         pass

@@ -6,7 +6,7 @@ neighbours, pending changes, deleted objects) and a MapState of object buckets, 
 reads and writes each touched bucket once (streaming/operators/replica_store.py). Timers (BSC Ack,
 Change Propagation to BSCs, change-request waits) run on event time: the envelopes' arrival time.
 
-Outputs are (table_name, JSON payload) rows for the sink; outbound_messages are also published to
+Outputs are typed rows by table for the sink; outbound_messages are also published to
 the outbound topic after the sink has committed the batch.
 """
 import json
@@ -16,8 +16,8 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from .stateful import (ARRIVAL_ORDER, OUTPUT_DDL, GuardedSteps, TableWriter, dead_letter, packed, raise_if_poison,
-                       replace_timers, timer_dead_letter)
+from .stateful import (ARRIVAL_ORDER, OUTPUT_DDL, GuardedSteps, TableWriter, dead_letter, raise_if_poison,
+                       replace_timers, timer_dead_letter, typed_frame)
 from ..operators.notification_rows import FirstArrivals
 from ..operators.replica_store import ObjectStore
 from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
@@ -125,10 +125,10 @@ class ReplicationProcessor(StatefulProcessor):
 
 
 def _frame(rows: list[tuple[str, object]]) -> pd.DataFrame:
-    """Sink rows as JSON (a str is JSON already: directory_history's); directory versions
-    (VersionRecords) as the line the writer publishes; packed, many lines to a row (stateful.packed)."""
-    return packed([(t, p.encode() if t == VERSIONS else p if isinstance(p, str) else json.dumps(p))
-                   for t, p in rows])
+    """Sink rows as typed chunks (stateful.typed_frame; directory_history's properties come as their
+    JSON text already); directory versions (VersionRecords) as the line the writer publishes."""
+    return typed_frame([(t, {"line": p.encode()} if t == VERSIONS else p) for t, p in rows],
+                       rendered={"directory_history": ("properties",)})
 
 
 def _same_instant(a, b) -> bool:
@@ -241,7 +241,8 @@ class ReplicationWriter(TableWriter):
 
     def after_write(self, rows: dict[str, list[dict]]) -> None:
         if self.objects:
-            self._publish(self.objects, self._object_records(rows.get(VERSIONS) or []))
+            versions = rows.get(VERSIONS)
+            self._publish(self.objects, self._object_records(versions.column("line") if versions else []))
             # after the versions are confirmed: the MQCN operator's clock may now pass what this batch read
             self._publish({**self.objects, "topic": self.objects["progress_topic"]}, [self._progress_record()])
         if self.outbound:

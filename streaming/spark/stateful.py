@@ -1,13 +1,11 @@
 """What every stateful operator query shares: the output schema of its processor (rows of
-(table_name, JSON payload)), its one timer per key, the guard that keeps one message an operator
+(table_name, an Arrow IPC chunk of that table's typed rows)), its one timer per key, the guard that keeps one message an operator
 cannot handle from failing the micro-batch, and the foreachBatch writer that upserts the rows into
 the sink tables in one transaction per micro-batch."""
-import bisect
-import json
 import os
 from datetime import datetime, timezone
 
-OUTPUT_DDL = "table_name string, payload string"
+OUTPUT_DDL = "table_name string, rows binary"
 # Test-only: message ids that make every operator raise while handling them (a poison message).
 POISON_IDS = frozenset(filter(None, os.environ.get("DIRSTREAM_TEST_POISON_IDS", "").split(",")))
 
@@ -158,10 +156,9 @@ def replace_timers(handle, due_ms: int | None, fired_ms: int | None = None) -> N
 
 
 class TableWriter:
-    """foreachBatch for operator outputs: rows of (table_name, JSON payload) upserted in one transaction."""
+    """foreachBatch for operator outputs: typed rows by table upserted in one transaction."""
 
-    # rows of these pseudo-tables go to after_write only (published, not written to the sink), as the
-    # payload strings the operator wrote
+    # rows of these pseudo-tables go to after_write only (published, not written to the sink)
     SIDE_TABLES: tuple[str, ...] = ()
 
     def __init__(self, sink_url: str, query_id: str, echo=print, label: str = "discovery"):
@@ -174,9 +171,9 @@ class TableWriter:
         from ..sinks import open_sink
         if self._sink is None:
             self._sink = open_sink(self.sink_url)
-        rows = batch_rows(df.toArrow(), frozenset(self.SIDE_TABLES))   # Arrow: far cheaper than collect()
+        rows = batch_rows(df.toArrow())                 # Arrow: far cheaper than collect()
         side = {name: rows.pop(name) for name in self.SIDE_TABLES if name in rows}
-        written = self._sink.write_batch(self.query_id, batch_id, for_sink(rows))
+        written = self._sink.write_batch(self.query_id, batch_id, rows)
         self.batch_id = batch_id
         self.after_write({**rows, **side})
         if self.observer is not None:
@@ -190,92 +187,38 @@ class TableWriter:
         """Called after every batch, also one already written (a replay): side effects go here."""
 
 
-PACKED_LINES = 2000
+CHUNK_ROWS = 2000
 
 
-def packed(rows: list[tuple[str, str]], lines: int = PACKED_LINES):
-    """An operator's output (table, payload) rows as the frame it yields: each table's payloads, in
-    order, joined by newlines, at most `lines` to a row. A payload is one line (JSON escapes a
-    newline in a string; a version line is tab-separated JSON), and batch_rows splits them again:
-    Spark carries a few long rows instead of one per payload from the Python worker to the driver
-    (the replication operator writes about 30 rows per MQDSRP message)."""
+def typed_frame(rows: list[tuple[str, dict]], chunk_rows: int = CHUNK_ROWS, rendered: dict | None = None):
+    """An operator's output (table, row dict) rows as the frame it yields: each table's rows, in
+    order, as Arrow IPC chunks of the table's own column types (sinks.typed), at most `chunk_rows`
+    to a chunk. Spark carries a few binary rows from the Python worker to the driver instead of one
+    per sink row, and the driver hands them to the sink without parsing anything (the replication
+    operator writes about 30 rows per MQDSRP message). rendered: {table: json columns whose values
+    are already their sink JSON text}."""
     import pandas as pd
-    by_table: dict[str, list[str]] = {}
-    for table, payload in rows:
-        by_table.setdefault(table, []).append(payload)
-    return pd.DataFrame([(table, "\n".join(texts[i:i + lines])) for table, texts in by_table.items()
-                         for i in range(0, len(texts), lines)], columns=["table_name", "payload"])
+    from ..sinks.typed import JsonText, pack
+    by_table: dict[str, list] = {}
+    for table, row in rows:
+        by_table.setdefault(table, []).append(row)
+    for table, columns in (rendered or {}).items():
+        for row in by_table.get(table, ()):
+            for c in columns:
+                if row.get(c) is not None:
+                    row[c] = JsonText(row[c])
+    return pd.DataFrame([(table, pack(table, items[i:i + chunk_rows])) for table, items in by_table.items()
+                         for i in range(0, len(items), chunk_rows)], columns=["table_name", "rows"])
 
 
-def batch_rows(table, side_tables: frozenset = frozenset()) -> dict:
-    """An operator's output rows (an Arrow table of table_name, payload) by sink table, in the order
-    the operator wrote them: PayloadRows, split and parsed as they are read, a few packed rows at a
-    time, so that a large micro-batch's rows are never all held as dicts, nor its text twice (a
-    catch-up's replication batch is 500 MB of payloads: split at once it doubled the driver's
-    memory); a side table's rows stay its payloads in Arrow. A payload may hold several,
-    one per line (packed)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    names, payloads = table.column("table_name"), table.column("payload")
-    if payloads.type == pa.null():
-        payloads = payloads.cast(pa.string())                       # an empty table built from lists
-    lines = pc.add(pc.count_substring(payloads, "\n"), 1)          # payloads per packed row
-    out: dict = {}
-    for name in pc.unique(names).to_pylist():
-        mine = pc.equal(names, name)
-        if name in side_tables:
-            out[name] = pc.list_flatten(pc.split_pattern(payloads.filter(mine), "\n"))
-        else:
-            out[name] = PayloadRows(payloads, pc.indices_nonzero(mine), pc.sum(lines.filter(mine)).as_py())
-    return out
-
-
-PACKED_AT_ONCE = 16                             # packed rows taken from Arrow at a time (<= 32,000 payloads)
-
-
-class PayloadRows:
-    """One sink table's rows of a micro-batch: the packed payloads at rows `at` of the operator's
-    output, split into JSON payloads and parsed into row dicts each time they are iterated (the sink
-    writes them once; after_write may read a small table again), a packed row at a time."""
-
-    def __init__(self, payloads, at, lines: int, parse=None):
-        self.payloads, self.at = payloads, at   # a pyarrow ChunkedArray of packed payloads, this table's indices
-        self.lines = lines                      # the payloads they hold
-        self.parse = parse or parse_payload
-
-    def __len__(self) -> int:
-        return self.lines
-
-    def texts(self):
-        """The payloads, one JSON text per row, in order: taken from each chunk a few packed rows at
-        a time (a ChunkedArray's take would concatenate all its chunks first)."""
-        at, start = self.at.to_pylist(), 0                  # ascending
-        for chunk in self.payloads.chunks:
-            end = bisect.bisect_left(at, start + len(chunk))
-            mine, at = [i - start for i in at[:end]], at[end:]
-            for first in range(0, len(mine), PACKED_AT_ONCE):
-                for text in chunk.take(mine[first:first + PACKED_AT_ONCE]).to_pylist():
-                    yield from text.split("\n")
-            start += len(chunk)
-
-    def __iter__(self):
-        return map(self.parse, self.texts())
-
-
-def for_sink(rows: dict) -> dict:
-    """The rows as the sink takes them: payloads only loaded from JSON, their times and raw bytes
-    left as text for the sink's column types to convert (sinks._sqlite_time keeps the operators'
-    ISO text as it is: no datetime made and formatted again per value)."""
-    return {name: PayloadRows(r.payloads, r.at, r.lines, json.loads) if isinstance(r, PayloadRows) else r
-            for name, r in rows.items()}
-
-
-def parse_payload(text: str) -> dict:
-    """A row dict from an operator's JSON payload: times and raw bytes back to their types."""
-    payload = json.loads(text)
-    for k, v in payload.items():
-        if (k.endswith(("_at", "_seen", "_time")) or k in ("valid_from", "valid_to")) and isinstance(v, str):
-            payload[k] = datetime.fromisoformat(v)
-        elif k == "raw_value" and isinstance(v, str):
-            payload[k] = bytes.fromhex(v)
-    return payload
+def batch_rows(table) -> dict:
+    """An operator's output (an Arrow table of table_name, rows) by table, in the order the operator
+    wrote them: TypedRows over the IPC chunks, decoded (zero-copy) as the sink reads them, so a
+    micro-batch's output is held once, as Spark handed it over."""
+    from ..sinks.typed import TypedRows
+    names = table.column("table_name").to_pylist()
+    buffers = (chunk[i].as_buffer() for chunk in table.column("rows").chunks for i in range(len(chunk)))
+    out: dict[str, list] = {}
+    for name, buffer in zip(names, buffers):
+        out.setdefault(name, []).append(buffer)
+    return {name: TypedRows(name, chunks) for name, chunks in out.items()}

@@ -300,9 +300,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 from streaming.spark.kafka_source import decoded_stream
 from streaming.spark.pipeline import build_spark, source_options
-from streaming.spark.stateful import OUTPUT_DDL, TableWriter
+from streaming.spark.stateful import OUTPUT_DDL, TableWriter, typed_frame
 from streaming.sinks import open_sink
-import pandas as pd
+from streaming.sinks.typed import SIDE_COLUMNS
 
 class CountProcessor(StatefulProcessor):
     def init(self, handle):
@@ -312,7 +312,8 @@ class CountProcessor(StatefulProcessor):
         for pdf in rows:
             n += len(pdf)
         self.count.update((n,))
-        yield pd.DataFrame({{"table_name": ["key_counts"], "payload": [json.dumps({{"key": key[0], "n": n}})]}})
+        SIDE_COLUMNS.setdefault("key_counts", (("key", "text"), ("n", "bigint")))   # in the worker too
+        yield typed_frame([("key_counts", {{"key": key[0], "n": n}})])
 
 class CountWriter(TableWriter):
     SIDE_TABLES = ("key_counts",)
