@@ -96,6 +96,21 @@ def test_chunked_frames_give_the_rows_one_chunk_gives():
             assert list(cut[table]) == list(one[table]) and len(cut[table]) == len(one[table])
 
 
+def test_a_row_that_fits_no_column_is_a_dead_letter_and_the_others_are_kept():
+    """An operator row with a value its table cannot store (a text in a bigint column) does not fail
+    the micro-batch: it becomes a dead letter naming the table and column, the same on a replay."""
+    output = _output(11, n=50)
+    bad = ("discovery_requests", _request(3) | {"replies": "many"})
+    rows = output[:20] + [bad] + output[20:]
+    typed = batch_rows(_arrow([typed_frame(rows)]))
+    expected = [r for t, r in output if t == "discovery_requests"]
+    assert list(typed["discovery_requests"]) == _as_typed("discovery_requests", expected)
+    unfit = [d for d in typed["dead_letters"] if d["topic"] == "(output to discovery_requests)"]
+    assert len(unfit) == 1 and "discovery_requests.replies (bigint)" in unfit[0]["error"]
+    again = batch_rows(_arrow([typed_frame(rows)]))["dead_letters"]
+    assert [d["kafka_offset"] for d in again if d["topic"].startswith("(output")] == [unfit[0]["kafka_offset"]]
+
+
 def test_the_sink_writes_typed_rows_as_it_writes_the_same_rows_as_dicts(tmp_path):
     for seed in range(3):
         rng = random.Random(seed)

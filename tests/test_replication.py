@@ -821,3 +821,22 @@ def test_a_busy_step_makes_few_round_trips_on_a_small_directory():
     r.store.flush()
     assert s.state.store_layout.buckets == 8 and s.state.store_layout.entries == 4000
     assert backend.calls == {"load": 0, "get": 8, "save": 8}
+
+
+@pytest.mark.parametrize("first", [("Q_PATHNAME", "qm\\q1"), ("Q_INSTANCE", queue_guid(1)), ("S_GATES", [SITE])])
+def test_a_delete_whose_first_properties_are_not_integers_is_taken_without_scope_and_type(first):
+    """D_SCOPE and D_OBJTYPE are integers: a delete carrying other properties first (a surprising
+    producer) deletes the object with scope and type 0, and its rows fit the sink's columns."""
+    from streaming.operators.replication_rows import step_rows
+    from streaming.spark.stateful import batch_rows, typed_frame
+    import pyarrow as pa
+    s = Server()
+    s.send(propagation([create_queue(1, 1)]))
+    weird = mqdsrp.DirectoryChange(2, 1, None, queue_guid(1), SITE, 1, 2, 0, [P(*first), P("Q_LABEL", "x")])
+    r = s.send(propagation([weird]))
+    assert s.obj(1) is None and s.partition().last_seq == 2
+    rows = step_rows(r, s.now)
+    (deleted,) = [row for table, row in rows if table == "deleted_objects"]
+    assert deleted["scope"] == 0
+    typed = batch_rows(pa.Table.from_pandas(typed_frame(rows), preserve_index=False))
+    assert "dead_letters" not in typed and len(typed["deleted_objects"]) == 1

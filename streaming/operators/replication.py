@@ -893,8 +893,10 @@ def _name_property(object_type: int, props: dict) -> str | None:
 
 
 def _delete_type_and_scope(change: DirectoryChange) -> tuple[int, int]:
-    """A delete's PropertyValue[1] (object type) and PropertyValue[0] (scope), 0 when absent."""
-    values = [prop.value for prop in change.properties]
+    """A delete's PropertyValue[1] (object type) and PropertyValue[0] (scope), 0 when absent. Both
+    are integers (D_OBJTYPE, D_SCOPE); a delete whose first properties are of other types (text, a
+    GUID, a vector) is taken as one without them: 0."""
+    values = [prop.value if isinstance(prop.value, int) else 0 for prop in change.properties[:2]]
     return (values[1] if len(values) > 1 else 0), (values[0] if values else 0)
 
 

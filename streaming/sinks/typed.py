@@ -64,7 +64,7 @@ def _column(table: str, column: str, ty: str, values: list):
         if ty == "bytes":
             return pa.array([bytes.fromhex(v) if isinstance(v, str) else v for v in values], pa.binary())
         return pa.array(values, _arrow_type(ty))
-    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, OverflowError) as exc:
         raise TypeError(f"{table}.{column} ({ty}): a value does not fit: {exc}") from None
 
 

@@ -198,7 +198,7 @@ def typed_frame(rows: list[tuple[str, dict]], chunk_rows: int = CHUNK_ROWS, rend
     operator writes about 30 rows per MQDSRP message). rendered: {table: json columns whose values
     are already their sink JSON text}."""
     import pandas as pd
-    from ..sinks.typed import JsonText, pack
+    from ..sinks.typed import JsonText
     by_table: dict[str, list] = {}
     for table, row in rows:
         by_table.setdefault(table, []).append(row)
@@ -207,8 +207,40 @@ def typed_frame(rows: list[tuple[str, dict]], chunk_rows: int = CHUNK_ROWS, rend
             for c in columns:
                 if row.get(c) is not None:
                     row[c] = JsonText(row[c])
-    return pd.DataFrame([(table, pack(table, items[i:i + chunk_rows])) for table, items in by_table.items()
-                         for i in range(0, len(items), chunk_rows)], columns=["table_name", "rows"])
+    chunks = [(table, items[i:i + chunk_rows]) for table, items in by_table.items()
+              for i in range(0, len(items), chunk_rows)]
+    return pd.DataFrame([packed for table, items in chunks for packed in _packed(table, items)],
+                        columns=["table_name", "rows"])
+
+
+def _packed(table: str, rows: list[dict]) -> list[tuple[str, bytes]]:
+    """The rows as one chunk; if a value fits no column (an operator row the sink could not store
+    either), the others as their chunk and each such row as a dead letter naming the table and
+    column: the micro-batch goes on."""
+    from ..sinks.typed import pack
+    try:
+        return [(table, pack(table, rows))]
+    except (TypeError, OverflowError):
+        fit, unfit = [], []
+        for row in rows:
+            try:
+                pack(table, [row])
+                fit.append(row)
+            except (TypeError, OverflowError) as exc:
+                unfit.append(_unfit_row(table, row, exc))
+        return ([(table, pack(table, fit))] if fit else []) + [("dead_letters", pack("dead_letters", unfit))]
+
+
+def _unfit_row(table: str, row: dict, exc: Exception) -> dict:
+    """A dead_letters row for an operator's output row that fits no column of its table: topic
+    "(output to TABLE)", offset a digest of the row (the same row gives the same key on a replay)."""
+    import zlib
+    text = repr(sorted(row.items(), key=lambda kv: kv[0]))
+    why = f"{type(exc).__name__}: {exc}"
+    return {"topic": f"(output to {table})", "kafka_partition": 0, "kafka_offset": zlib.crc32(text.encode()),
+            "stage": "operator output", "error_reason": why,
+            "error": f"a row for {table} could not be stored ({why}): {text[:2000]}",
+            "recorded_at": datetime.now(timezone.utc).isoformat()}
 
 
 def batch_rows(table) -> dict:
