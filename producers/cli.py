@@ -71,12 +71,22 @@ def cmd_broker(args) -> int:
 
 
 # ---------------------------------------------------------------------------- produce
+def _attacks(text: str) -> list[str]:
+    from .simulator import ATTACKS
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in ATTACKS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"unknown attack {unknown[0] if unknown else text!r}: one or more of "
+                                         f"{', '.join(ATTACKS)}, comma-separated")
+    return kinds
+
+
 def cmd_simulate(args) -> int:
     from .simulator import Faults, Simulator
     faults = Faults(args.reorder, args.reorder_window, args.duplicate, args.drop, args.corrupt, args.unauthenticated,
                     args.nack)
     sim = Simulator(args.seed, args.sites, args.bscs, args.qms, args.queues, faults, args.burst_rate,
-                    op_interval_ms=_interval(args.op_interval_ms))
+                    op_interval_ms=_interval(args.op_interval_ms), attacks=frozenset(args.attack))
     if args.pcap:
         return _simulate_to_capture(sim, args)
     settings = settings_from(args)
@@ -294,6 +304,10 @@ def register(sub) -> None:
         faults.add_argument(f"--{name}", type=_rate, default=0.0, help=FAULT_HELP[name])
     faults.add_argument("--reorder-window", type=int, default=8,
                         help="messages a reordered one can be moved among (default 8)")
+    from .simulator import ATTACKS
+    sim.add_argument("--attack", type=_attacks, default=[], metavar="KIND[,KIND...]",
+                     help=f"inject hostile traffic the job reports in security_findings: {', '.join(ATTACKS)} "
+                          f"(listed in the truth file's `attacks`)")
     sim.set_defaults(func=cmd_simulate)
 
     replay = psub.add_parser("replay", help="publish recorded messages: JSON lines, hex lines, raw files, pcap or "

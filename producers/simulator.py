@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterator
 
+from streaming.operators.findings import FLOOD_PER_MINUTE
 from streaming.wire.envelope import make_envelope
 from streaming.wire import decode, encode, mqcn, mqdsrp, mqsd
 from streaming.wire.guid import GUID_NULL
@@ -43,6 +44,12 @@ ACK_EVERY = 256                                        # 3.1.7.2.3: 8th byte of 
 # learns of them and asks (a live enterprise's next header would).
 QUIET_TAIL_MS = 21 * 60_000
 NACK_CLASSES = ("NackBadSignature", "NackReachQueueTimeout", "NackBadDestQueue")
+# --attack: each kind of hostile traffic the job reports as a security finding
+ATTACKS = ("dsrp-unsigned", "mqcn-unauthenticated", "mqcn-flood")
+UNSIGNED_TARGETS = ("ChangePropagation", "SyncReply", "PSCAck", "BSCAck", "AlreadyPurged")
+UNSIGNED_RATE, UNAUTHENTICATED_RATE = 0.01, 0.02
+FLOOD_EVERY, FLOOD_FIRST = 4_000, 100   # notifications between two floods, and before the first
+FLOOD_COPIES = FLOOD_PER_MINUTE + 100
 
 
 @dataclass
@@ -91,10 +98,18 @@ class _Request:
 class Simulator:
     def __init__(self, seed: int = 1, sites: int = 3, bscs_per_site: int = 1, qms_per_site: int = 3,
                  queues_per_qm: int = 4, faults: Faults | None = None, burst_rate: float = 0.002,
-                 v1_share: float = 0.4, op_interval_ms: tuple[int, int] = (20, 120)):
+                 v1_share: float = 0.4, op_interval_ms: tuple[int, int] = (20, 120),
+                 attacks: frozenset[str] = frozenset()):
         self.seed = seed
         self.rng = random.Random(seed)
         self.fault_rng = random.Random(seed * 7919 + 1)
+        unknown = set(attacks) - set(ATTACKS)
+        if unknown:
+            raise ValueError(f"unknown attack {sorted(unknown)[0]!r}: one of {', '.join(ATTACKS)}")
+        self.attacks = tuple(a for a in ATTACKS if a in attacks)
+        self.attack_rng = random.Random(seed * 104_729 + 3)     # its own draws: the traffic stays the same
+        self.attacked: list[dict] = []
+        self._mqcn_seen = 0
         self.ent = Enterprise(self.rng, sites, bscs_per_site, qms_per_site)
         self.queues_per_qm = queues_per_qm
         self.faults = faults or Faults()
@@ -580,7 +595,7 @@ class Simulator:
     # ================================================================== faults
     def _faulty(self, stream: Iterator[SimMessage]) -> Iterator[SimMessage]:
         f, rng = self.faults, self.fault_rng
-        if not f.any():
+        if not f.any() and not self.attacks:
             for msg in stream:
                 self.counts[msg.protocol] += 1
                 yield msg
@@ -626,6 +641,51 @@ class Simulator:
                 env = dict(msg.envelope, message_class=rng.choice(NACK_CLASSES), message_id=self._message_id())
                 self.nacks.append(env["message_id"])
                 yield SimMessage("mqdsrp", msg.key, env, f"nack:{msg.kind}")
+            yield from self._attack(msg)
+
+    # ================================================================== attacks
+    def _attack(self, msg: SimMessage) -> Iterator[SimMessage]:
+        """Hostile traffic after a message, as extra messages the protocols leave the directory's state
+        unchanged by (copies of real messages), so the ground truth stays exact; each is listed in
+        the truth's `attacks` with what the job must find."""
+        rng = self.attack_rng
+        if msg.protocol == "mqcn":
+            self._mqcn_seen += 1
+        for kind in self.attacks:
+            if kind == "dsrp-unsigned" and msg.protocol == "mqdsrp" and msg.kind in UNSIGNED_TARGETS \
+                    and rng.random() < UNSIGNED_RATE:
+                yield self._attack_copy(kind, msg, authentication_level="None", hash_algorithm=None)
+            elif kind == "mqcn-unauthenticated" and msg.protocol == "mqcn" and msg.kind.startswith("v1:") \
+                    and msg.kind != "v1:unauthenticated" and rng.random() < UNAUTHENTICATED_RATE:
+                copy = self._attack_copy(kind, msg, authentication_level="None")
+                self.discarded.append({"message_id": copy.envelope["message_id"], "queue_manager": msg.key,
+                                       "reason": "AuthenticationLevel None (MQCN 3.2.5.1)"})
+                yield copy
+            elif kind == "mqcn-flood" and msg.protocol == "mqcn" and msg.kind.startswith(("v1:", "v2:")) \
+                    and msg.kind != "v1:unauthenticated" and self._mqcn_seen % FLOOD_EVERY == FLOOD_FIRST:
+                yield from self._flood(msg)
+
+    def _attack_copy(self, kind: str, msg: SimMessage, **fields) -> SimMessage:
+        env = dict(msg.envelope, message_id=self._message_id(), **fields)
+        self.attacked.append(self._attack_record(kind, env, 1))
+        return SimMessage(msg.protocol, msg.key, env, f"attack:{kind}")
+
+    def _flood(self, msg: SimMessage) -> Iterator[SimMessage]:
+        """FLOOD_COPIES copies of one notification (its message id: the queue manager discards them
+        as duplicates, MS-MQQB 3.1.5.8.1), one a millisecond: past any rate a directory service sends."""
+        self.attacked.append(self._attack_record("mqcn-flood", msg.envelope, FLOOD_COPIES))
+        for i in range(1, FLOOD_COPIES + 1):
+            env = dict(msg.envelope, arrival_time=msg.envelope["arrival_time"] + i)
+            yield SimMessage(msg.protocol, msg.key, env, "attack:mqcn-flood")
+
+    @staticmethod
+    def _attack_record(kind: str, env: dict, copies: int) -> dict:
+        target = env["destination_machine"]
+        if env["protocol"].lower() == "mqcn":
+            from streaming.operators.notifications import queue_manager_of
+            target = queue_manager_of(env["destination_queue"]) or target
+        return {"kind": kind, "source": env["source_machine"], "target": target, "message_id": env["message_id"],
+                "copies": copies, "envelope": env}      # its arrival time as delivered (after reordering)
 
     def _corrupted_copy(self, msg: SimMessage) -> SimMessage:
         from streaming.wire import WireError, decode

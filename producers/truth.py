@@ -60,6 +60,8 @@ def build_truth(sim) -> dict:
         "set_by": sim.lost_changes.setters(),
         "duplicates": sim.duplicates,
         "nacks": sim.nacks,
+        "attacks": [dict({k: v for k, v in a.items() if k != "envelope"}, arrival_ms=a["envelope"]["arrival_time"])
+                    for a in sim.attacked],
         "counts": dict(sim.counts),
     }
 

@@ -14,7 +14,7 @@ from streaming.wire.topics import OUTBOUND_TOPIC, TOPICS
 TABLES = ("directory_objects", "directory_history", "deleted_objects", "replication_partitions",
           "replication_servers", "pending_changes", "outbound_messages", "queue_managers", "qm_queues", "notifications",
           "notification_batches", "discovery_requests", "site_topology", "discovery_unmatched_replies", "dead_letters",
-          "raw_messages_seen")
+          "raw_messages_seen", "security_findings")
 LEFT_OUT = {"recorded_at", "batch_id"}
 KAFKA_COORDINATES = {"kafka_partition", "kafka_offset", "partition", "offset"}
 FAULTS = ("--reorder", "0.1", "--duplicate", "0.05", "--drop", "0.03", "--nack", "0.01", "--corrupt", "0.01",

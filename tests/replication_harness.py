@@ -12,6 +12,7 @@ from datetime import datetime
 
 from producers.responder import Authorities
 from streaming.wire.envelope import make_envelope
+from streaming.operators.findings import evidence
 from streaming.operators.notification_rows import FirstArrivals
 from streaming.operators.notification_rows import step_rows as qm_rows
 from streaming.operators.notification_input import Row, advance, directory_row, split
@@ -57,20 +58,24 @@ class OfflineJob:
         self.answers: list[tuple[str, dict]] = []
         self.outbound: list[dict] = []
         self.held: dict[str, list[Row]] = {}          # queue manager -> rows the clock has not passed yet
-        self.offsets = itertools.count()
         self.versions_published = 0
         self.versions_dropped_in_tasks = 0
         self.history: list[dict] = []                  # directory_history rows, in order, until taken
+        self.offsets, self.answer_offsets = itertools.count(), itertools.count(10**12)
 
     def replica(self, server: str) -> Replica:
         state, backend = self.states.setdefault(server, (ServerState(server), DictBackend()))
         return Replica(state, ObjectStore(backend), self.pec_name)
 
-    def feed(self, envelopes: list[dict]) -> None:
+    def feed(self, envelopes: list[dict], answers: bool = False) -> None:
         """One micro-batch: each server's messages in arrival order, one step per server; then each
         queue manager's notifications; then the timers the watermark has passed."""
         by_server: dict[str, list[dict]] = {}
         by_qm: dict[str, list[dict]] = {}
+        # Kafka offsets: the traffic's in the order given, the responder's answers (fed between the
+        # traffic's micro-batches) apart, so the traffic's are the same however the batches fall
+        numbers = self.answer_offsets if answers else self.offsets
+        offset = {id(env): next(numbers) for env in envelopes}
         if self.tasks:                              # a new micro-batch: new tasks
             per_task = [FirstArrivals() for _ in range(self.tasks)]
             self.task_of = {server: self.rng.choice(per_task) for server in sorted(set(self.states) | {
@@ -87,6 +92,9 @@ class OfflineJob:
             r = self.replica(server)
             for env, msg in _decodable("mqdsrp", envs):
                 r.fire_timers_until(arrival_ms(env) - 1)          # as the job's operator does
+                r.inspect(authentication_level=env["authentication_level"], source=env["source_machine"],
+                          arrival_ms=arrival_ms(env), where=evidence("msmq.dsrp.raw", 0, offset[id(env)],
+                                                                     env["message_id"]))
                 r.receive(msg, arrival_ms=arrival_ms(env), source=env["source_machine"],
                           message_class=env["message_class"], destination_queue=env["destination_queue"],
                           body=env["body"])
@@ -94,7 +102,7 @@ class OfflineJob:
         self.fire_timers(watermark)
         for key, envs in by_qm.items():
             self.held.setdefault(key, []).extend(
-                Row(arrival_ms(env), "mqcn", "msmq.cn.raw", 0, next(self.offsets), env["body"], env["message_id"],
+                Row(arrival_ms(env), "mqcn", "msmq.cn.raw", 0, offset[id(env)], env["body"], env["message_id"],
                     env["sender_identifier_type"], env["authentication_level"], env["source_machine"],
                     env["destination_machine"], env["destination_queue"]) for env in envs)
         self.fire_qm_timers(watermark)
@@ -164,7 +172,7 @@ class OfflineJob:
             if not self.answers:
                 return
             answers, self.answers = self.answers, []
-            self.feed([env for _key, env in answers])
+            self.feed([env for _key, env in answers], answers=True)
         raise AssertionError("replicas kept asking after 50 rounds")
 
     def rows(self, table: str) -> list[dict]:

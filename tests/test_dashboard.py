@@ -1,6 +1,7 @@
 """`dirstream dashboard` in a real browser (Debian's headless Chromium through chromedriver) over a
 sink filled by a real simulated run: every page, the figures it shows against the sink's rows,
 screenshots in the test's folder."""
+import json
 import shutil
 import subprocess
 import sys
@@ -194,8 +195,14 @@ def test_every_page_shows_the_sink(broker, tmp_path, browser):
         visit(browser, base, "discovery", tmp_path, "discovery-requests")
         assert int(text_of(browser, "discovery-requests")) == one(sink, "SELECT COUNT(*) AS n FROM discovery_requests")
         assert browser.find_elements(By.ID, "site-topology")
+
+        visit(browser, base, "security", tmp_path, "findings-table")
+        assert int(text_of(browser, "findings-mqcn-unauthenticated")) == one(
+            sink, "SELECT SUM(count) AS n FROM security_findings WHERE kind = 'mqcn-unauthenticated'") > 0
+        first = sink.query("SELECT evidence FROM security_findings ORDER BY last_seen DESC LIMIT 1")[0]["evidence"]
+        assert json.loads(first)["last"]["message_id"] in text_of(browser, "findings-table")
         assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(
-            f"{p}.png" for p in ("pipeline", "replication", "directory", "notifications", "discovery"))
+            f"{p}.png" for p in ("pipeline", "replication", "directory", "notifications", "discovery", "security"))
     finally:
         server.terminate()
         server.wait(10)

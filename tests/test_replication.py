@@ -780,8 +780,18 @@ def test_a_state_written_before_directory_history_numbers_its_versions_from_zero
     state.store_layout.buckets = 64
     assert state_from_bytes(state_to_bytes(state)).versions_recorded == 41
     old = marshal.loads(state_to_bytes(state))
-    earlier = state_from_bytes(marshal.dumps(tuple(old[:-1])))          # without the version count
+    earlier = state_from_bytes(marshal.dumps(tuple(old[:-2])))          # without the version count and findings
     assert earlier.versions_recorded == 0 and earlier.store_layout.buckets == 64
+
+
+def test_a_replicas_findings_survive_its_state_and_a_state_written_before_them_has_none():
+    from streaming.operators.findings import FindingLog
+    state = ServerState("bsc1", versions_recorded=3, findings=FindingLog())
+    state.findings.record("dsrp-unsigned", "psc9", "bsc1", T0, {"offset": 1})
+    again = state_from_bytes(state_to_bytes(state))
+    assert again.findings.to_list() == state.findings.to_list() and again.versions_recorded == 3
+    earlier = state_from_bytes(marshal.dumps(tuple(marshal.loads(state_to_bytes(state))[:-1])))
+    assert earlier.findings is None and earlier.versions_recorded == 3
 
 
 def test_a_state_written_before_layouts_keeps_its_256_buckets():
@@ -796,7 +806,7 @@ def test_a_state_written_before_layouts_keeps_its_256_buckets():
         bucket[guid] = DirObject(guid, SITE, 1, None, i, {}).to_tuple()
         backend.data[b] = marshal.dumps(bucket)
     old = list(marshal.loads(state_to_bytes(ServerState("bsc1"))))
-    state = state_from_bytes(marshal.dumps(tuple(old[:-2])))    # without the layout and the version count
+    state = state_from_bytes(marshal.dumps(tuple(old[:-3])))    # without the layout, version count and findings
     assert state.store_layout.buckets == LEGACY_BUCKETS and state.store_layout.present is None
     store = Replica(state, ObjectStore(backend)).store
     assert store.get(queue_guid(7)).seq_number == 7 and backend.calls["load"] >= 1

@@ -12,7 +12,7 @@ from ..sinks import masked
 from .sink_reader import SinkReader, SinkUnavailable
 
 PAGES = [("/pipeline", "Pipeline"), ("/replication", "Replication"), ("/directory", "Directory"),
-         ("/notifications", "Notifications"), ("/discovery", "Discovery")]
+         ("/notifications", "Notifications"), ("/discovery", "Discovery"), ("/security", "Security")]
 # ====================================================================== the app
 def create_app(sink_url: str, refresh_ms: int = 5000, users: dict[str, str] | None = None):
     """users: name -> argon2 hash; with them every page, asset and callback needs credentials."""

@@ -18,6 +18,8 @@ HOW_TO_FILL = {
     "replication_partitions": "No replication state yet: publish MQDSRP traffic (`dirstream produce simulate`) and "
                               "run the job.",
     "directory_objects": "No directory objects yet: the replication operator fills this from MQDSRP traffic.",
+    "security_findings": "No security findings: no unsigned replication message, unauthenticated notification "
+                         "or notification flood so far (`dirstream produce simulate --attack ...` injects them).",
     "notifications": "No notifications yet: the MQCN operator fills this from msmq.cn.raw (timers fire 1 to 15 "
                      "minutes of event time after a notification).",
     "discovery_requests": "No discovery requests yet: the MQSD operator fills this from msmq.sd.raw.",
@@ -285,8 +287,35 @@ def queue_manager(r: SinkReader, machine_id):
                                               "base_priority", "authenticate", "priv_level", "updated_at"])]
 
 
+def security_page(r: SinkReader):
+    """security_findings, most severe and latest first, each with where its first and latest message
+    are in Kafka."""
+    rows = r.query("security_findings", "SELECT * FROM security_findings ORDER BY last_seen DESC")
+    if not rows:
+        return [html.H3("Security"), empty("security_findings")]
+    rows.sort(key=lambda f: f["severity"] != "high")                  # stable: latest first within a severity
+    totals: dict[str, int] = {}
+    for f in rows:
+        totals[f["kind"]] = totals.get(f["kind"], 0) + int(f["count"])
+    shown = [dict(f, first=_where(_json(f["evidence"]).get("first")), latest=_where(_json(f["evidence"]).get("last")))
+             for f in rows[:500]]
+    return [
+        html.H3("Security"),
+        html.Div([stat(f"findings-{kind}", kind, n) for kind, n in sorted(totals.items())]),
+        table("findings-table", shown, ["severity", "kind", "source", "target", "count", "first_seen", "last_seen",
+                                        "first", "latest", "detail"]),
+    ]
+
+
+def _where(e: dict | None) -> str:
+    """A finding's evidence as a Kafka coordinate: topic[partition]@offset (message id)."""
+    if not e:
+        return ""
+    return f"{e.get('topic')}[{e.get('partition')}]@{e.get('offset')} ({e.get('message_id')})"
+
+
 ROUTES = {"/pipeline": pipeline_page, "/replication": replication_page, "/directory": directory_page,
-          "/notifications": notifications_page, "/discovery": discovery_page}
+          "/notifications": notifications_page, "/discovery": discovery_page, "/security": security_page}
 
 
 def _false(r: SinkReader):

@@ -167,3 +167,15 @@ def discovery_outcomes(reader) -> dict[str, int]:
     """discovery_requests by outcome (local-site, remote-site, no-reply)."""
     rows = reader.query("discovery_requests", "SELECT outcome, COUNT(*) AS n FROM discovery_requests GROUP BY outcome")
     return {r["outcome"]: r["n"] for r in rows}
+
+
+def finding_counts(reader) -> dict[tuple[str, str], int]:
+    """Security findings: messages per (kind, severity) so far, every known kind present (0 before
+    its first finding, so that an alert on its increase sees the first one)."""
+    from ..operators.findings import KINDS
+    rows = reader.query("security_findings", "SELECT kind, severity, SUM(count) AS n FROM security_findings "
+                                             "GROUP BY kind, severity")
+    out = {(kind, severity): 0 for kind, (severity, _why) in KINDS.items()}
+    for r in rows:
+        out[(r["kind"], r["severity"])] = int(r["n"] or 0)
+    return out

@@ -103,6 +103,7 @@ class JobMetrics:
         return (self._query_families(queries) + _dead_letter_families(health.dead_letter_counts(reader))
                 + _replica_families(health.replicas(reader)) + _qm_families(health.queue_managers(reader, clock))
                 + _discovery_families(health.discovery_outcomes(reader))
+                + _finding_families(health.finding_counts(reader))
                 + [_gauge("dirstream_metrics_refreshed_timestamp_seconds",
                           "When the metrics last read the sink (Unix time)", [], [((), time.time())])])
 
@@ -236,6 +237,11 @@ def _qm_families(managers: list[health.QueueManagerHealth]) -> list:
 def _discovery_families(outcomes: dict[str, int]) -> list:
     return [_counter("dirstream_discovery_requests", "MQSD requests by outcome (no-reply: no server answered)",
                      ["outcome"], [((k,), v) for k, v in sorted(outcomes.items())])]
+
+
+def _finding_families(counts: dict[tuple[str, str], int]) -> list:
+    return [_counter("dirstream_security_findings", "Messages found hostile or broken, by kind and severity "
+                     "(security_findings)", ["kind", "severity"], sorted(counts.items()))]
 
 
 # ---------------------------------------------------------------------- the HTTP server

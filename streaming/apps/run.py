@@ -13,6 +13,7 @@ RAW_TOPIC_PARTITIONS = 4                 # as `produce simulate|replay --partiti
 from ..spark import RECORDS_PER_TASK  # noqa: E402
 from .metrics import DEFAULT_PORT as METRICS_PORT  # noqa: E402
 from ..wire.topics import OUTBOUND_TOPIC  # noqa: E402
+from ..operators.findings import FLOOD_PER_MINUTE  # noqa: E402
 
 
 def register(sub, add_kafka_arguments) -> None:
@@ -56,6 +57,9 @@ def register(sub, add_kafka_arguments) -> None:
     cn.add_argument("--cn-quiet", default="14m", help="quiet period that counts as idle (default 14m)")
     cn.add_argument("--cn-refresh-threshold", type=int, default=100,
                     help="notifications in one window that trigger a refresh of every queue (default 100)")
+    cn.add_argument("--flood-per-minute", type=int, default=FLOOD_PER_MINUTE,
+                    help="notifications to one queue manager in a minute past which each is an mqcn-flood "
+                         f"security finding (default {FLOOD_PER_MINUTE:,})")
     run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                      help="extra Spark setting; repeatable")
     run.add_argument("--log-file", help="where Spark's, the Python workers' and the job's own log lines go "
@@ -241,7 +245,7 @@ def cn_settings(args):
     from ..spark.pipeline import parse_duration_ms
     from ..operators.notifications import Settings
     return Settings(args.cn_mode, parse_duration_ms(args.cn_quiet), parse_duration_ms(args.cn_first_wait),
-                    parse_duration_ms(args.cn_window), args.cn_refresh_threshold)
+                    parse_duration_ms(args.cn_window), args.cn_refresh_threshold, args.flood_per_minute)
 
 
 def _create_missing_raw_topics(bootstrap: str, options: dict, log) -> None:

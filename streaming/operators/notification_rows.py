@@ -46,6 +46,8 @@ def step_rows(qm: QueueManager) -> list[tuple[str, dict]]:
             "queue_manager": s.machine_id, "batch": b.batch,
             "timer_started": ts(b.timer_started_ms) if b.timer_started_ms is not None else None,
             "fired_at": ts(b.fired_ms), "count": b.count, "refresh_all": b.refresh_all}))
+    if s.findings is not None:
+        rows += s.findings.rows()
     qm.outcomes, qm.batches, qm.queues_touched, qm.qm_touched, qm.arrived = [], [], set(), False, False
     return rows
 

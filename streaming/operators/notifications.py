@@ -32,6 +32,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from ..wire.guid import GUID_NULL
+from .findings import FLOOD_PER_MINUTE, FindingLog, evidence
 from ..wire.mqcn import ChangeNotificationMessage
 from ..wire.properties import object_type_of
 from ..wire.propids import PROPIDS
@@ -70,6 +71,7 @@ class Settings:
     first_wait_ms: int = 1 * MINUTE
     window_ms: int = 15 * MINUTE
     refresh_threshold: int = 100
+    flood_per_minute: int = FLOOD_PER_MINUTE      # notifications in a minute past which one is a flood finding
 
 
 @dataclass
@@ -134,6 +136,10 @@ class QMState:
     # object guid -> [(message_id, arrival_ms, event, batch, read_ms)]
     message_ids: dict[str, tuple[int, int]] = field(default_factory=dict)
     # MessageIDHistoryTable: message id -> (last seen arrival_ms, copies seen), oldest first
+    # security findings (not in the spec): the arrivals of the last minute, and the aggregates; None in
+    # a state written before them
+    recent_arrivals: list | None = None
+    findings: FindingLog | None = None
 
 
 @dataclass
@@ -174,6 +180,7 @@ class QueueManager:
     def receive(self, n: Notification, destination_name: str | None = None) -> None:
         if destination_name:
             self.s.machine_name = destination_name
+        self._look_for_findings(n)
         if self._is_copy(n):
             return
         if not is_notification_queue(n.destination_queue):
@@ -189,6 +196,24 @@ class QueueManager:
         self.s.pending.append(n)
         self.arrived = True
         self._arm(n)
+
+    def _look_for_findings(self, n: Notification) -> None:
+        """What every arrival, copies included, tells a security team (streaming.operators.findings):
+        a v1 notification without authentication, which 3.2.5.1 discards; more notifications in a
+        minute than a directory service sends (MS-MQCN 5.1: notifications can be used for denial of
+        service)."""
+        if self.s.findings is None:
+            self.s.findings, self.s.recent_arrivals = FindingLog(), []
+        where = evidence(*(n.origin or (None, None, None))[:3], n.message_id)
+        if n.version == 1 and n.authentication_level in (None, "None"):
+            self.s.findings.record("mqcn-unauthenticated", n.source, self.s.machine_id, n.arrival_ms, where)
+        recent = self.s.recent_arrivals
+        recent.append(n.arrival_ms)                   # arrivals come in event-time order
+        del recent[:bisect.bisect_right(recent, n.arrival_ms - MINUTE)]
+        if len(recent) > self.settings.flood_per_minute:
+            self.s.findings.record("mqcn-flood", n.source, self.s.machine_id, n.arrival_ms, where,
+                                   {"per_minute_limit": self.settings.flood_per_minute},
+                                   most={"most_in_a_minute": len(recent)})
 
     def _is_copy(self, n: Notification) -> bool:
         """[MS-MQQB] 3.1.5.8.1 duplicate detection: a message id in the history is discarded (and its
@@ -518,6 +543,8 @@ class QueueManager:
         """Keep what a read can still need: reads happen at a pending timer or at a later
         arrival, never before the watermark, so of the versions up to the earliest of those only the
         one such a read returns is kept. Late corrections need only the sequence number a read used."""
+        if self.s.findings is not None:
+            self.s.findings.forget(watermark_ms)            # buckets no later arrival can reach
         horizon = min(t for t in (watermark_ms, self.s.timer_ms) if t is not None)
         for guid, versions in self.s.directory.items():
             older = [v for v in versions if v.event_ms <= horizon]

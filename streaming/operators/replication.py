@@ -34,6 +34,7 @@ from ..wire.mqdsrp import DirectoryChange
 from ..wire.properties import Property, object_type_of
 from ..wire.propids import propid
 from ..wire.seqnum import MAX_SEQ_NUMBER, MIN_SEQ_NUMBER, add, subtract
+from .findings import FindingLog
 from .replica_store import DirObject, ObjectStore, StoreLayout
 
 PEC_PARTITION_ID = GUID_NULL
@@ -137,6 +138,7 @@ class ServerState:
     initialized: bool = False
     store_layout: StoreLayout = field(default_factory=StoreLayout)    # how its objects are bucketed
     versions_recorded: int = 0          # directory_history rows so far: each version's number (not in the spec)
+    findings: FindingLog | None = None  # security findings about the messages it received (not in the spec)
 
 
 # ================================================================== outputs
@@ -245,6 +247,15 @@ class Replica:
             self.ignore(msg.operation_name, f"message class {message_class}: no further action (3.1.5.1)")
         self.send_initial_syncs()
         self._stamp_sent()
+
+    def inspect(self, *, authentication_level: str | None, source: str | None, arrival_ms: int, where: dict) -> None:
+        """Security findings about a received message (streaming.operators.findings): replication data
+        without a signature, where Windows signs every message that carries it (MC-MQDSRP 5.1, note
+        <13>)."""
+        if authentication_level in (None, "None"):
+            if self.s.findings is None:
+                self.s.findings = FindingLog()
+            self.s.findings.record("dsrp-unsigned", source, self.name, arrival_ms, where)
 
     def _stamp_sent(self) -> None:
         """What this event sent was sent at its event time (not at the micro-batch's end)."""
@@ -947,7 +958,7 @@ def state_to_bytes(s: ServerState) -> bytes:
         [(d.identifier, d.partition_id, d.seq_number, d.object_type, d.scope) for d in s.deleted.values()],
         [(k, f.requester, f.request_id, f.psc_name, f.deadline_ms) for k, f in s.forwarded.items()],
         s.nack_resends, s.bsc_ack_due_ms, s.now_ms, s.messages_sent, s.initialized, s.store_layout.to_tuple(),
-        s.versions_recorded))
+        s.versions_recorded, s.findings.to_list() if s.findings else []))
 
 
 def state_from_bytes(raw: bytes) -> ServerState:
@@ -957,7 +968,8 @@ def state_from_bytes(raw: bytes) -> ServerState:
     # one written before directory_history numbers its versions from 0
     s = ServerState(name, site_id, my_psc,
                     store_layout=StoreLayout.from_tuple(later[0]) if later else StoreLayout.legacy(),
-                    versions_recorded=later[1] if len(later) > 1 else 0)
+                    versions_recorded=later[1] if len(later) > 1 else 0,
+                    findings=FindingLog(later[2]) if len(later) > 2 and later[2] else None)
     for pid, auth, last, purged, allowed, state, prev_purged, cmw, pending, initial, *health in partitions:
         # a state written before the health fields lacks them (checkpoints of earlier versions)
         s.partitions[pid] = Partition(pid, auth, last, purged, allowed, state, prev_purged, cmw,

@@ -17,6 +17,7 @@ from ..wire import encode, mqdsrp
 from ..wire.guid import GUID_NULL
 from ..wire.propids import PROPIDS, propid
 from ..wire.seqnum import seq_hex
+from .findings import BUCKET_MS
 from .replica_store import DirObject
 from .replication import OBJECT_TYPE_NAMES, PURGE_STATE_NAMES, Outbound, Replica
 
@@ -262,6 +263,16 @@ def detail(o: Outbound) -> dict:
     return {}
 
 
+def finding_rows(r: Replica) -> list:
+    """The findings touched since the last step; then those of buckets an hour behind the replica's
+    clock are forgotten (a message that old is behind the watermark: Spark drops it as late)."""
+    if r.s.findings is None:
+        return []
+    rows = r.s.findings.rows()
+    r.s.findings.forget(r.s.now_ms - BUCKET_MS)
+    return rows
+
+
 def step_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list[tuple[str, dict]]:
     """Every sink row one step produced; clears the step's collected changes."""
     touched, removed, touched_at = r.store.take_changes()
@@ -269,6 +280,6 @@ def step_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list[tuple[str, 
     contents = [_content(guid, obj, removed) for guid, obj, removed, _at, _kind in versions]   # once each
     rows = (server_rows(r) + object_rows(r, touched, removed, touched_at) + version_rows(r, versions, contents)
             + history_rows(r, versions, contents) + deleted_rows(r) + pending_rows(r)
-            + outbound_rows(r, batch_ms, id_scope))
+            + outbound_rows(r, batch_ms, id_scope) + finding_rows(r))
     r.out, r.pending_events, r.deleted_touched, r.ignored = [], [], {}, []
     return rows

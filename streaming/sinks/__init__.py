@@ -148,6 +148,13 @@ NOTIFICATION_BATCHES = table("notification_batches", [
     ("queue_manager", "text"), ("batch", "bigint"), ("timer_started", "timestamp"), ("fired_at", "timestamp"),
     ("count", "bigint"), ("refresh_all", "bool")], ["queue_manager", "batch"], mode="replace")
 
+# Security findings (streaming/operators/findings.py): one row per (kind, source, target) and hour,
+# the whole aggregate so far (an operator key keeps it in its state).
+SECURITY_FINDINGS = table("security_findings", [
+    ("kind", "text"), ("severity", "text"), ("source", "text"), ("target", "text"), ("bucket", "timestamp"),
+    ("first_seen", "timestamp"), ("last_seen", "timestamp"), ("count", "bigint"), ("evidence", "json"),
+    ("detail", "json")], ["kind", "source", "target", "bucket"], mode="replace")
+
 _SQL_TYPES = {
     "sqlite": {"text": "TEXT", "bigint": "INTEGER", "double": "REAL", "bool": "INTEGER", "bytes": "BLOB",
                "timestamp": "TEXT", "json": "TEXT"},

@@ -18,6 +18,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from .stateful import (ARRIVAL_ORDER, OUTPUT_DDL, GuardedSteps, TableWriter, dead_letter, raise_if_poison,
                        replace_timers, timer_dead_letter, typed_frame)
+from ..operators.findings import evidence
 from ..operators.notification_rows import FirstArrivals
 from ..operators.replica_store import ObjectStore
 from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
@@ -140,6 +141,8 @@ def _same_instant(a, b) -> bool:
 def _receive(r: Replica, row) -> None:
     raise_if_poison(row.message_id)
     r.fire_timers_until(int(row.arrival_ms) - 1)       # the timers due before it fire first
+    r.inspect(authentication_level=row.authentication_level, source=row.source_machine,
+              arrival_ms=int(row.arrival_ms), where=evidence(row.topic, row.partition, row.offset, row.message_id))
     body = bytes(row.body)
     try:
         msg = decode("mqdsrp", body)
@@ -215,7 +218,7 @@ def replication_stream(decoded, pec_name: str | None = None, id_scope: str = "")
             .withColumn("arrival_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
             .withWatermark("arrival_time", WATERMARK_DELAY)
             .select("state_key", "arrival_ms", "arrival_time", "topic", "partition", "offset", "body",
-                    "source_machine", "message_class", "destination_queue", "message_id")
+                    "source_machine", "message_class", "destination_queue", "message_id", "authentication_level")
             .groupBy("state_key")
             .transformWithStateInPandas(ReplicationProcessor(pec_name, id_scope), OUTPUT_DDL, "Append", "EventTime"))
 
