@@ -23,24 +23,32 @@ import job_runs
 RULES = Path(__file__).resolve().parents[1] / "infra" / "prometheus" / "dirstream-alerts.yml"
 VICTIM = "bsc1-1"                    # a BSC whose PSC's propagations stop reaching it
 WITHHELD_AFTER = 1_500               # messages published before its propagations are withheld
-MESSAGES, RATE = 25_000, 250.0       # 100 s of traffic
+RATE = 250.0
+MESSAGES = 150_000                   # at most 10 minutes of traffic: it stops once the lag alert has fired
+# The rules' windows scaled down: DirstreamReplicaLagGrowing's 10-minute deriv window becomes 90 s,
+# longer than a replication micro-batch takes even on a loaded machine (up to about 50 s seen), so
+# every window holds a step of the victim's lag and the alert fires however slow the job is.
+TIME_SCALE = 0.15
 
 
-def _traffic():
-    """The simulated enterprise's messages, without the propagations to VICTIM after the first ones."""
-    for n, m in enumerate(Simulator(seed=29).messages(MESSAGES)):
+def _traffic(enough: threading.Event):
+    """The simulated enterprise's messages, without the propagations to VICTIM after the first ones,
+    until `enough` is set (or MESSAGES)."""
+    for n, m in enumerate(Simulator(seed=29, attacks=frozenset({"mqcn-unauthenticated"})).messages(MESSAGES)):
+        if enough.is_set():
+            return
         if n >= WITHHELD_AFTER and m.kind == "ChangePropagation" and m.key == VICTIM:
             continue
         yield m.protocol, m.key, m.envelope
 
 
-def _publish(bootstrap: str, done: threading.Event) -> None:
+def _publish(bootstrap: str, done: threading.Event, enough: threading.Event) -> None:
     from producers.kafka import ConfluentPublisher
     settings = KafkaSettings(bootstrap)
     ensure_topics(settings, {t: 4 for t in TOPICS.values()})
     pub: Publisher = ConfluentPublisher(settings)
     try:
-        publish_all(pub, _traffic(), rate=RATE, progress=None)
+        publish_all(pub, _traffic(enough), rate=RATE, progress=None)
     finally:
         pub.close()
         done.set()
@@ -73,18 +81,19 @@ def _values(prom: PrometheusServer, expr: str, *labels: str) -> dict:
 def test_prometheus_scrapes_the_job_fires_the_lag_alert_and_agrees_with_the_sink(broker, tmp_path):
     sink_url = f"sqlite:///{tmp_path / 'sink.db'}"
     port = free_port()
-    published = threading.Event()
-    publisher = threading.Thread(target=_publish, args=(broker, published), daemon=True)
+    published, enough = threading.Event(), threading.Event()
+    publisher = threading.Thread(target=_publish, args=(broker, published, enough), daemon=True)
     publisher.start()
     proc = job_runs.job(broker, sink_url, tmp_path / "ckpt", "--outbound-topic", "none", "--metrics-port", str(port))
     try:
-        with PrometheusServer(tmp_path / "prometheus", f"127.0.0.1:{port}", RULES, time_scale=0.05) as prom:
+        with PrometheusServer(tmp_path / "prometheus", f"127.0.0.1:{port}", RULES, time_scale=TIME_SCALE) as prom:
             prom.wait_for(lambda: _values(prom, "dirstream_batches_total", "query").get(("dirstream",), 0) >= 3,
                           timeout=600, what="the job's first micro-batches in Prometheus")
             _storm_is_answered(sink_url, port)
             firing = prom.wait_for(lambda: [a for a in prom.alerts() if a["labels"]["alertname"] ==
                                             "DirstreamReplicaLagGrowing" and a["state"] == "firing"],
-                                   timeout=600, what="DirstreamReplicaLagGrowing firing")
+                                   timeout=900, what="DirstreamReplicaLagGrowing firing")
+            enough.set()                                # the traffic has done its part
             assert {a["labels"]["server"] for a in firing} == {VICTIM}, firing
             assert published.wait(600)
             _idle(prom, sink_url)
@@ -141,6 +150,24 @@ def test_scrapes_never_wait_for_a_batch_nor_a_batch_for_a_scrape(tmp_path):
         metrics.stop()
 
 
+def test_security_findings_are_counted_by_kind_and_severity_every_kind_from_zero(tmp_path):
+    from streaming.apps.metrics import JobMetrics
+    from streaming.apps.sink_reader import SinkReader
+    from streaming.operators.findings import KINDS
+    url = f"sqlite:///{tmp_path}/sink.db"
+    sink = open_sink(url)
+    rows = [{"kind": "dsrp-unsigned", "severity": "high", "source": s, "target": "bsc1", "count": n,
+             "bucket": "2026-01-01T00:00:00.000+00:00", "first_seen": "2026-01-01T00:00:01.000+00:00",
+             "last_seen": "2026-01-01T00:00:02.000+00:00", "evidence": {}, "detail": {}}
+            for s, n in (("psc1", 3), ("rogue", 4))]
+    sink.write_batch("q", 0, {"security_findings": rows})
+    sink.close()
+    (family,) = [f for f in JobMetrics(url)._families(SinkReader(url)) if f.name == "dirstream_security_findings"]
+    values = {(s.labels["kind"], s.labels["severity"]): s.value for s in family.samples if s.name.endswith("_total")}
+    assert values == {(kind, severity): 7.0 if kind == "dsrp-unsigned" else 0.0
+                      for kind, (severity, _why) in KINDS.items()}
+
+
 def _idle(prom: PrometheusServer, sink_url: str) -> None:
     """Every query has read everything and Prometheus holds the sink's last batch counts."""
     def caught_up():
@@ -166,6 +193,7 @@ def _prometheus_agrees_with_the_sink(prom: PrometheusServer, sink_url: str) -> N
         outcomes = sink.query("SELECT outcome, COUNT(*) AS n FROM discovery_requests GROUP BY outcome")
         rows = sink.query("SELECT query_name AS q, SUM(input_rows) AS n FROM pipeline_progress GROUP BY query_name")
         dead = sink.query("SELECT COUNT(*) AS n FROM dead_letters")[0]["n"]
+        findings = sink.query("SELECT kind, severity, SUM(count) AS n FROM security_findings GROUP BY kind, severity")
     finally:
         sink.close()
     replica = ("server", "partition")
@@ -181,6 +209,10 @@ def _prometheus_agrees_with_the_sink(prom: PrometheusServer, sink_url: str) -> N
         (o["outcome"],): float(o["n"]) for o in outcomes}
     assert _values(prom, "dirstream_input_rows_total", "query") == {(r["q"],): float(r["n"]) for r in rows}
     assert sum(_values(prom, "dirstream_dead_letters_total", "stage", "reason").values()) == dead
+    found = {(r["kind"], r["severity"]): float(r["n"]) for r in findings}
+    assert set(found) == {("mqcn-unauthenticated", "medium")}, found       # the traffic's attack
+    assert {k: v for k, v in _values(prom, "dirstream_security_findings_total", "kind", "severity").items()
+            if v} == found
     # the victim is behind every other replica of a site partition by what they applied
     lag = _values(prom, "dirstream_replica_lag_seq_numbers", *replica)
     newest: dict[str, int] = {}
