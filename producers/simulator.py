@@ -17,6 +17,7 @@ What it models (MC-MQDSRP 3, MS-MQCN 3.3, MS-MQSD 3):
 - discovery requests and local-site / remote-site replies (MQSD 3.1.5.2).
 """
 import random
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterator
@@ -44,6 +45,7 @@ ACK_EVERY = 256                                        # 3.1.7.2.3: 8th byte of 
 # learns of them and asks (a live enterprise's next header would).
 QUIET_TAIL_MS = 21 * 60_000
 NACK_CLASSES = ("NackBadSignature", "NackReachQueueTimeout", "NackBadDestQueue")
+UNAUTHENTICATED_KINDS = ("v1:unauthenticated", "attack:mqcn-unauthenticated")    # discarded: never delivered
 # --attack: each kind of hostile traffic the job reports as a security finding
 ATTACKS = ("dsrp-unsigned", "mqcn-unauthenticated", "mqcn-flood")
 UNSIGNED_TARGETS = ("ChangePropagation", "SyncReply", "PSCAck", "BSCAck", "AlreadyPurged")
@@ -142,16 +144,18 @@ class Simulator:
         self.stopped = True
 
     def messages(self, count: int | None = None) -> Iterator[SimMessage]:
+        """count: stop after this many messages of the traffic (attack copies come on top)."""
         produced = 0
-        stream = self._faulty(self._raw_messages())
+        stream = self._with_attacks(self._faulty(self._raw_messages()))
         for msg in stream:
             if msg.protocol == "mqsd" and not msg.kind.startswith("corrupt:"):
                 # what the clients see: each copy as delivered, after the faults
                 self.mqsd_delivered.append((msg.envelope["message_id"], msg.envelope["arrival_time"]))
-            elif msg.protocol == "mqcn" and msg.kind != "v1:unauthenticated" and not msg.kind.startswith("corrupt:"):
+            elif msg.protocol == "mqcn" and msg.kind not in UNAUTHENTICATED_KINDS and not msg.kind.startswith("corrupt:"):
                 self.mqcn_delivered.deliver(msg.envelope)
             yield msg
-            produced += 1
+            if not msg.kind.startswith("attack:"):
+                produced += 1
             if count is not None and produced >= count:
                 self.stop()
 
@@ -538,6 +542,7 @@ class Simulator:
         self._out.append(SimMessage("mqcn", msg.key, env, "v1:unauthenticated"))
         self.discarded.append({"message_id": env["message_id"], "queue_manager": msg.key,
                                "reason": "AuthenticationLevel None (MQCN 3.2.5.1)"})
+        self.attacked.append(self._attack_record("mqcn-unauthenticated", env, 1))   # a security finding too
 
     # ================================================================== discovery
     SCENARIOS = (("local", 0.35), ("remote_then_local", 0.2), ("remote", 0.2), ("two_remote", 0.08),
@@ -595,7 +600,7 @@ class Simulator:
     # ================================================================== faults
     def _faulty(self, stream: Iterator[SimMessage]) -> Iterator[SimMessage]:
         f, rng = self.faults, self.fault_rng
-        if not f.any() and not self.attacks:
+        if not f.any():
             for msg in stream:
                 self.counts[msg.protocol] += 1
                 yield msg
@@ -641,9 +646,18 @@ class Simulator:
                 env = dict(msg.envelope, message_class=rng.choice(NACK_CLASSES), message_id=self._message_id())
                 self.nacks.append(env["message_id"])
                 yield SimMessage("mqdsrp", msg.key, env, f"nack:{msg.kind}")
-            yield from self._attack(msg)
 
     # ================================================================== attacks
+    def _with_attacks(self, stream: Iterator[SimMessage]) -> Iterator[SimMessage]:
+        """The delivered traffic with hostile copies after some of its messages, at their arrival time:
+        the traffic itself (its messages, their times, every random draw) is what it is without them."""
+        for msg in stream:
+            yield msg
+            if self.attacks and not msg.kind.startswith(("corrupt:", "nack:")):
+                for copy in self._attack(msg):
+                    self.counts[copy.protocol] += 1
+                    yield copy
+
     def _attack(self, msg: SimMessage) -> Iterator[SimMessage]:
         """Hostile traffic after a message, as extra messages the protocols leave the directory's state
         unchanged by (copies of real messages), so the ground truth stays exact; each is listed in
@@ -666,17 +680,18 @@ class Simulator:
                 yield from self._flood(msg)
 
     def _attack_copy(self, kind: str, msg: SimMessage, **fields) -> SimMessage:
-        env = dict(msg.envelope, message_id=self._message_id(), **fields)
+        message_id = str(uuid.UUID(int=self.attack_rng.getrandbits(128), version=4))     # not the traffic's draws
+        env = dict(msg.envelope, message_id=message_id, **fields)
         self.attacked.append(self._attack_record(kind, env, 1))
         return SimMessage(msg.protocol, msg.key, env, f"attack:{kind}")
 
     def _flood(self, msg: SimMessage) -> Iterator[SimMessage]:
-        """FLOOD_COPIES copies of one notification (its message id: the queue manager discards them
-        as duplicates, MS-MQQB 3.1.5.8.1), one a millisecond: past any rate a directory service sends."""
+        """FLOOD_COPIES copies of one notification at its arrival time (its message id: the queue
+        manager discards them as duplicates, MS-MQQB 3.1.5.8.1): past any rate a directory service
+        sends."""
         self.attacked.append(self._attack_record("mqcn-flood", msg.envelope, FLOOD_COPIES))
-        for i in range(1, FLOOD_COPIES + 1):
-            env = dict(msg.envelope, arrival_time=msg.envelope["arrival_time"] + i)
-            yield SimMessage(msg.protocol, msg.key, env, "attack:mqcn-flood")
+        for _ in range(FLOOD_COPIES):
+            yield SimMessage(msg.protocol, msg.key, dict(msg.envelope), "attack:mqcn-flood")
 
     @staticmethod
     def _attack_record(kind: str, env: dict, copies: int) -> dict:

@@ -97,3 +97,69 @@ def _hour(ms: int) -> str:
 def _iso(ms: int) -> str:
     from datetime import datetime, timezone
     return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+
+
+@pytest.mark.parametrize("faults", [Faults(), ORDINARY_FAULTS])
+def test_attacks_leave_the_seeds_own_traffic_as_it_is(faults):
+    """The copies come on top: the traffic's messages, their times and every random draw are the same."""
+    def traffic(attacks):
+        sim = Simulator(seed=4, faults=faults, burst_rate=0.01, attacks=attacks)
+        return [(m.kind, m.envelope["message_id"], m.envelope["arrival_time"], m.envelope["body"])
+                for m in sim.messages(5000) if not m.kind.startswith("attack:")]
+    assert traffic(frozenset(ATTACKS)) == traffic(frozenset())
+
+
+def test_the_unauthenticated_fault_is_listed_and_found_as_a_finding():
+    job, truth = _run(5, 5000, Faults(unauthenticated=0.05))
+    listed = [a for a in truth["attacks"] if a["kind"] == "mqcn-unauthenticated"]
+    assert listed and len(listed) == len(truth["discarded_notifications"])
+    assert sum(r["count"] for r in _findings(job) if r["kind"] == "mqcn-unauthenticated") == len(listed)
+    assert {r["kind"] for r in _findings(job)} == {"mqcn-unauthenticated"}
+
+
+def test_a_flood_blames_its_sender_not_the_others_that_write_in_the_same_minute():
+    from streaming.operators.notifications import Notification, QMState, QueueManager, Settings
+    qm = QueueManager(QMState("qm1"), Settings(flood_per_minute=5))
+    for i in range(8):
+        qm.look_for_findings(Notification(f"m{i}", 1_000 + i, 2, None, "Sig20", "flooder"))
+    qm.look_for_findings(Notification("legit", 2_000, 2, None, "Sig20", "ds1"))
+    rows = [r for _t, r in qm.s.findings.rows()]
+    assert [(r["kind"], r["source"], r["count"]) for r in rows] == [("mqcn-flood", "flooder", 3)]
+    assert rows[0]["detail"] == {"per_minute_limit": 5, "most_in_a_minute": 8}
+
+
+def test_a_notification_that_raises_when_processed_is_counted_however_the_batches_fall(monkeypatch):
+    """It arrived: an unauthenticated one is a finding whether it came in an earlier micro-batch than
+    the timer that raised on it, or in the same one (the batch is then applied again without it)."""
+    import pickle
+    from replication_harness import arrival_ms
+    from streaming.operators.notification_input import Row, advance
+    from streaming.operators.notifications import QMState, QueueManager
+    sim = Simulator(seed=3, attacks=frozenset({"mqcn-unauthenticated"}))
+    envelopes = [m.envelope for m in sim.messages(3000)]
+    victim = sim.truth()["attacks"][0]
+    rows = [Row(arrival_ms(e), "mqcn", "msmq.cn.raw", 0, i, e["body"], e["message_id"], e["sender_identifier_type"],
+                e["authentication_level"], e["source_machine"], e["destination_machine"], e["destination_queue"])
+            for i, e in enumerate(envelopes) if e["protocol"].lower() == "mqcn" and victim["target"] in
+            e["destination_queue"]]
+    rejection = QueueManager._v1_rejection
+
+    def raising(self, n):
+        if n.message_id == victim["message_id"]:
+            raise RuntimeError("poison")
+        return rejection(self, n)
+    monkeypatch.setattr(QueueManager, "_v1_rejection", raising)
+    at = next(i for i, r in enumerate(rows) if r.message_id == victim["message_id"]) + 1
+    counts = []
+    for batches in ([rows], [rows[:at], rows[at:]]):
+        stored, found, poisoned = None, {}, 0
+        for i, batch in enumerate(batches):
+            watermark = batch[-1].event_ms + (3_600_000 if i == len(batches) - 1 else 0)
+            qm, bad_rows, bad_pending = advance(
+                lambda: QueueManager(pickle.loads(stored) if stored else QMState(victim["target"])), batch, watermark)
+            poisoned += len(bad_rows) + len(bad_pending)
+            found.update({(r["kind"], r["source"], r["bucket"]): r["count"] for _t, r in qm.s.findings.rows()})
+            stored = pickle.dumps(qm.s)
+        assert poisoned == 1
+        counts.append(sum(n for (kind, _s, _b), n in found.items() if kind == "mqcn-unauthenticated"))
+    assert counts[0] == counts[1] >= 1

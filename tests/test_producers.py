@@ -108,9 +108,15 @@ def test_bad_kafka_option_is_a_usage_error(broker):
 
 
 def test_ctrl_c_flushes_everything_sent(broker):
+    from streaming.spark.kafka_offsets import EndOffsets
     proc = subprocess.Popen([*_exe(), "produce", "simulate", "--bootstrap", broker, "--rate", "500",
                              "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
+    offsets = EndOffsets({"bootstrap.servers": broker}, None, "|".join(TOPICS.values()))   # once they exist
+    deadline = time.monotonic() + 300                 # only a hang takes this long
+    while sum(offsets.ends().values()) <= 100:        # publishing (a loaded machine starts it late)
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "no record"
+        time.sleep(0.5)
+    offsets.close()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=600)
     summary = json.loads(out)

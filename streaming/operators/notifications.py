@@ -136,9 +136,9 @@ class QMState:
     # object guid -> [(message_id, arrival_ms, event, batch, read_ms)]
     message_ids: dict[str, tuple[int, int]] = field(default_factory=dict)
     # MessageIDHistoryTable: message id -> (last seen arrival_ms, copies seen), oldest first
-    # security findings (not in the spec): the arrivals of the last minute, and the aggregates; None in
-    # a state written before them
-    recent_arrivals: list | None = None
+    # security findings (not in the spec): each sender's arrivals of the last minute, and the
+    # aggregates; None in a state written before them
+    recent_arrivals: dict | None = None
     findings: FindingLog | None = None
 
 
@@ -180,7 +180,7 @@ class QueueManager:
     def receive(self, n: Notification, destination_name: str | None = None) -> None:
         if destination_name:
             self.s.machine_name = destination_name
-        self._look_for_findings(n)
+        self.look_for_findings(n)
         if self._is_copy(n):
             return
         if not is_notification_queue(n.destination_queue):
@@ -197,23 +197,26 @@ class QueueManager:
         self.arrived = True
         self._arm(n)
 
-    def _look_for_findings(self, n: Notification) -> None:
+    def look_for_findings(self, n: Notification) -> None:
         """What every arrival, copies included, tells a security team (streaming.operators.findings):
-        a v1 notification without authentication, which 3.2.5.1 discards; more notifications in a
-        minute than a directory service sends (MS-MQCN 5.1: notifications can be used for denial of
-        service)."""
+        a v1 notification without authentication, which 3.2.5.1 discards; more notifications from
+        one sender in a minute than a directory service sends (MS-MQCN 5.1: notifications can be
+        used for denial of service). Arrivals come in event-time order."""
         if self.s.findings is None:
-            self.s.findings, self.s.recent_arrivals = FindingLog(), []
+            self.s.findings, self.s.recent_arrivals = FindingLog(), {}
         where = evidence(*(n.origin or (None, None, None))[:3], n.message_id)
         if n.version == 1 and n.authentication_level in (None, "None"):
             self.s.findings.record("mqcn-unauthenticated", n.source, self.s.machine_id, n.arrival_ms, where)
         recent = self.s.recent_arrivals
-        recent.append(n.arrival_ms)                   # arrivals come in event-time order
-        del recent[:bisect.bisect_right(recent, n.arrival_ms - MINUTE)]
-        if len(recent) > self.settings.flood_per_minute:
+        for source in [s for s, times in recent.items() if times[-1] <= n.arrival_ms - MINUTE]:
+            del recent[source]                      # nothing from it in the last minute
+        mine = recent.setdefault(n.source or "", [])
+        mine.append(n.arrival_ms)
+        del mine[:bisect.bisect_right(mine, n.arrival_ms - MINUTE)]
+        if len(mine) > self.settings.flood_per_minute:
             self.s.findings.record("mqcn-flood", n.source, self.s.machine_id, n.arrival_ms, where,
                                    {"per_minute_limit": self.settings.flood_per_minute},
-                                   most={"most_in_a_minute": len(recent)})
+                                   most={"most_in_a_minute": len(mine)})
 
     def _is_copy(self, n: Notification) -> bool:
         """[MS-MQQB] 3.1.5.8.1 duplicate detection: a message id in the history is discarded (and its
