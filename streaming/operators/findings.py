@@ -26,8 +26,8 @@ KINDS: dict[str, tuple[str, str]] = {
         "medium", "a v1 change notification with AuthenticationLevel None, which the queue manager discards "
                   "(MS-MQCN 3.2.5.1); a sender that cannot sign is not the directory service"),
     "mqcn-flood": (
-        "medium", "a queue manager receiving notifications from one sender faster than a directory service sends them; "
-                  "notifications can be used for denial of service (MS-MQCN 5.1)"),
+        "medium", "a queue manager receiving notifications from one sender faster than a directory service "
+                  "sends them; notifications can be used for denial of service (MS-MQCN 5.1)"),
 }
 
 
