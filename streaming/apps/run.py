@@ -58,8 +58,8 @@ def register(sub, add_kafka_arguments) -> None:
     cn.add_argument("--cn-refresh-threshold", type=int, default=100,
                     help="notifications in one window that trigger a refresh of every queue (default 100)")
     cn.add_argument("--flood-per-minute", type=int, default=FLOOD_PER_MINUTE,
-                    help="notifications to one queue manager in a minute past which each is an mqcn-flood "
-                         f"security finding (default {FLOOD_PER_MINUTE:,})")
+                    help="notifications from one sender to one queue manager in a minute past which each is "
+                         f"an mqcn-flood security finding (default {FLOOD_PER_MINUTE:,})")
     run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                      help="extra Spark setting; repeatable")
     run.add_argument("--log-file", help="where Spark's, the Python workers' and the job's own log lines go "
