@@ -302,7 +302,6 @@ from streaming.spark.kafka_source import decoded_stream
 from streaming.spark.pipeline import build_spark, source_options
 from streaming.spark.stateful import OUTPUT_DDL, TableWriter, typed_frame
 from streaming.sinks import open_sink
-from streaming.sinks.typed import SIDE_COLUMNS
 
 class CountProcessor(StatefulProcessor):
     def init(self, handle):
@@ -312,7 +311,8 @@ class CountProcessor(StatefulProcessor):
         for pdf in rows:
             n += len(pdf)
         self.count.update((n,))
-        SIDE_COLUMNS.setdefault("key_counts", (("key", "text"), ("n", "bigint")))   # in the worker too
+        import streaming.sinks.typed as typed   # the worker's module (a global here would be pickled by value)
+        typed.SIDE_COLUMNS.setdefault("key_counts", (("key", "text"), ("n", "bigint")))
         yield typed_frame([("key_counts", {{"key": key[0], "n": n}})])
 
 class CountWriter(TableWriter):
