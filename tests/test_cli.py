@@ -48,3 +48,21 @@ def test_bad_body_exits_2_with_field_and_offset():
 def test_bad_hex_and_missing_file_exit_2():
     assert run("decode", "--protocol", "mqcn", "--hex", "zz").returncode == 2
     assert run("decode", "--protocol", "mqcn", "--file", "/nonexistent/body").returncode == 2
+
+
+def test_run_refuses_a_checkpoint_of_the_four_query_job_with_one_line_and_writes_nothing(tmp_path):
+    """An earlier version's checkpoint (one folder per query) cannot become the one query's state:
+    `dirstream run` stops before Spark, Kafka or the sink, saying what changed and how to rebuild."""
+    checkpoint = tmp_path / "checkpoint"
+    for folder in ("raw", "discovery", "replication", "notifications"):
+        (checkpoint / folder / "offsets").mkdir(parents=True)
+    before = sorted(p.relative_to(checkpoint) for p in checkpoint.rglob("*"))
+    done = subprocess.run([str(Path(sys.executable).parent / "dirstream"), "run", "--bootstrap", "127.0.0.1:1",
+                           "--checkpoint", str(checkpoint), "--sink", f"sqlite:///{tmp_path}/sink.db",
+                           "--metrics-port", "0", "--log-format", "plain"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "earlier version" in line]
+    assert len(said) == 1 and "new --checkpoint" in said[0] and "pure function of what is in Kafka" in said[0]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not (tmp_path / "sink.db").exists()
+    assert sorted(p.relative_to(checkpoint) for p in checkpoint.rglob("*")) == before

@@ -14,7 +14,7 @@ from pathlib import Path
 from streaming.apps.console import JobConsole
 
 RAW_PROGRESS = {"input_rows": 1200, "duration_ms": 2000, "total_lag": 34, "dead_letters": 2}
-OPERATOR_ROW = {"query_name": "dirstream-replication", "input_rows": 300, "duration_ms": 2000, "state_rows": 42,
+OPERATOR_ROW = {"query_name": "dirstream-operators", "input_rows": 300, "duration_ms": 2000, "state_rows": 42,
                 "late_rows": 3}
 DEAD = [{"stage": None, "protocol": "mqcn", "error_structure": "ChangeNotification", "error_field": "Count"},
         {"stage": "operator:replication", "protocol": "mqdsrp", "error_reason": "TypeError: boom"}]
@@ -31,8 +31,8 @@ def test_plain_lines_name_each_query_with_its_figures_and_the_summary_counts_wha
     console = fed(JobConsole(io.StringIO(), err, fancy=False, once_total=2400))
     console.stop()
     text = err.getvalue()
-    assert "progress raw: 1 batches, 1,200 rows, 600 rows/s, lag 34, late 0, dead letters 2" in text
-    assert "progress replication: 1 batches, 300 rows, 150 rows/s, state 42 rows, late 3, dead letters 0" in text
+    assert "progress job: 1 batches, 1,200 rows, 600 rows/s, lag 34, late 0, dead letters 2" in text
+    assert "progress operators: 1 batches, 300 rows, 150 rows/s, state 42 rows, late 3, dead letters 0" in text
     assert "progress --once: 1,200 of 2,400 records" in text
     summary = console.summary()
     assert "rows written: 2 dead_letters, 5 raw_messages_seen" in summary
@@ -48,7 +48,7 @@ def test_on_a_terminal_a_live_table_shows_every_query_and_the_once_bar():
     console.message(30, "Kafka at 127.0.0.1:1 does not answer")
     console.stop()
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err.getvalue())
-    for cell in ("query", "rows/s", "late rows", "dead letters", "raw", "replication", "1,200", "records in Kafka at "
+    for cell in ("query", "rows/s", "late rows", "dead letters", "job", "operators", "1,200", "records in Kafka at "
                  "the start", "WARNING Kafka at 127.0.0.1:1 does not answer"):
         assert cell in text, cell
 

@@ -1,4 +1,4 @@
-"""MQSD discovery through the real pipeline: broker -> source -> transformWithStateInPandas -> sink.
+"""MQSD discovery through the real pipeline: broker -> source -> the job's one query -> sink.
 (A simulated enterprise's discovery verified against the truth: tests/test_determinism.py.)"""
 import json
 
@@ -7,7 +7,9 @@ from conftest import vector
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics
 from producers.publish import publish_envelope
 from streaming.wire.envelope import make_envelope
-from streaming.spark.pipeline import source_options, start_discovery_query
+from streaming.operators.notifications import Settings
+from streaming.spark.job_query import start_job_query
+from streaming.spark.pipeline import source_options
 from streaming.sinks import open_sink
 from streaming.wire.topics import TOPICS
 
@@ -26,8 +28,8 @@ def publish(bootstrap, packets):
 
 
 def run_discovery(spark, bootstrap, url, checkpoint):
-    q = start_discovery_query(spark, sink_url=url, checkpoint=str(checkpoint), once=True, echo=lambda _l: None,
-                              source_opts=source_options(bootstrap))
+    q = start_job_query(spark, sink_url=url, checkpoint=str(checkpoint), once=True, echo=lambda _l: None,
+                        source_opts=source_options(bootstrap), settings=Settings())
     try:
         q.awaitTermination(600)
     except Exception:

@@ -1,7 +1,6 @@
 """The operator queries' writer: a micro-batch's output rows travel as typed Arrow chunks per
 table, are grouped by table in the order written and read as the sink reads them, never all held
 twice; the tables come out as they do when the rows are written as dicts."""
-import json
 import random
 
 import pyarrow as pa
@@ -41,12 +40,11 @@ def _time_text(rng) -> str:
 
 def _output(seed: int, n: int = 600) -> list[tuple[str, dict]]:
     """Rows of (table, row) as a discovery operator writes them, tables interleaved, keys repeated
-    (so the order within a table decides what an upsert keeps), and versions lines."""
+    (so the order within a table decides what an upsert keeps)."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         out.append(rng.choice([("site_topology", _site(i, _time_text(rng))), ("discovery_requests", _request(i)),
-                               ("object_versions", {"line": f"line {i}\twith\ttabs"}),
                                ("dead_letters", _dead_letter(i, rng))]))
     return out
 
@@ -77,8 +75,6 @@ def test_rows_are_grouped_by_table_in_the_order_written_and_read_typed():
             expected = _as_typed(table, [r for t, r in output if t == table])
             assert len(grouped[table]) == len(expected)
             assert list(grouped[table]) == expected and list(grouped[table]) == expected   # read twice
-        assert grouped["object_versions"].column("line").to_pylist() == \
-            [r["line"] for t, r in output if t == "object_versions"]
 
 
 def test_chunked_frames_give_the_rows_one_chunk_gives():
@@ -114,7 +110,7 @@ def test_a_row_that_fits_no_column_is_a_dead_letter_and_the_others_are_kept():
 def test_the_sink_writes_typed_rows_as_it_writes_the_same_rows_as_dicts(tmp_path):
     for seed in range(3):
         rng = random.Random(seed)
-        output = [(t, p) for t, p in _output(seed) if t != "object_versions"]
+        output = _output(seed)
         lists = {t: [p for tt, p in output if tt == t] for t in dict.fromkeys(t for t, _ in output)}
         typed = batch_rows(_arrow([typed_frame(f, rng.choice([3, 2000])) for f in _cut(output, rng)]))
         tables = []
@@ -190,28 +186,6 @@ def test_notification_input_rows_are_the_frames_rows_alike_however_they_are_chun
         assert pickle.dumps(got) == pickle.dumps(input_rows(iter([whole])))
 
 
-def test_first_arrival_records_in_arrow_are_first_arrivals_select():
-    """The replication writer's selection over Arrow lines publishes what FirstArrivals.select over
-    decoded VersionRecords did, in the same order, batch after batch (its memory carried over,
-    and forgetting with a small capacity)."""
-    from streaming.operators.notification_rows import FirstArrivals
-    from streaming.operators.replication_rows import VersionRecord
-    from streaming.spark.replication_query import first_arrival_records
-    for seed in range(20):
-        rng = random.Random(seed)
-        capacity = rng.choice([3, 50, 500_000])
-        reference, arrow = FirstArrivals(capacity), FirstArrivals(capacity)
-        for _ in range(4):
-            lines = [VersionRecord(f"qm{rng.randrange(4)}", rng.choice(["", f"k{rng.randrange(12)}"]),
-                                   1_767_225_600_000 + rng.randrange(30),
-                                   json.dumps({"n": rng.randrange(10**6), "tab": "a\tb"})).encode()
-                     for _ in range(rng.randrange(0, 120))]
-            expected = [(r.text.encode(), r.owner.encode())
-                        for r in reference.select([VersionRecord.decode(line) for line in lines])]
-            chunked = pa.chunked_array([lines[:len(lines) // 2], lines[len(lines) // 2:]], pa.string())
-            assert list(first_arrival_records(arrow, chunked, chunk=rng.choice([1, 7, 1000]))) == expected
-
-
 def _arrow_bytes_held_while(iterate) -> int:
     """The most Arrow memory allocated beyond what was held before, sampled at every item."""
     before, most = pa.total_allocated_bytes(), 0
@@ -220,31 +194,47 @@ def _arrow_bytes_held_while(iterate) -> int:
     return most
 
 
-def test_a_large_batch_is_never_held_twice_while_written_and_published():
-    """A catch-up's replication batch is hundreds of MB of typed chunks. Grouping it by table,
-    reading it as the sink writes it and publishing its versions hold a chunk or so more than the
-    batch itself, never a second copy of it (decoded at once, or concatenated by a take)."""
-    from streaming.operators.notification_rows import FirstArrivals
-    from streaming.spark.replication_query import first_arrival_records
+def test_a_large_batch_is_never_held_twice_while_written():
+    """A catch-up's batch is hundreds of MB of typed chunks. Grouping it by table and reading it as
+    the sink writes it hold a chunk or so more than the batch itself, never a second copy of it
+    (decoded at once, or concatenated by a take)."""
     rng = random.Random(3)
-    output = []
-    for i in range(60_000):
-        if rng.random() < 0.4:
-            output.append(("object_versions", {"line": f"qm{i % 9}\tk{rng.randrange(20_000)}\t{1_767_225_600_000 + i}"
-                                                       f"\t{json.dumps(_site(i, ''))}"}))
-        else:
-            output.append((rng.choice(["site_topology", "discovery_requests"]),
-                           _site(i, "2026-01-01T00:00:00Z") | _request(i)))
+    output = [(rng.choice(["site_topology", "discovery_requests"]), _site(i, "2026-01-01T00:00:00Z") | _request(i))
+              for i in range(60_000)]
     table = _arrow([typed_frame(output[f:f + 6_000], 500) for f in range(0, len(output), 6_000)])
     size = table.nbytes
     before = pa.total_allocated_bytes()
     rows = batch_rows(table)
-    versions = rows.pop("object_versions")
     grouped = pa.total_allocated_bytes() - before
     assert grouped < 0.05 * size, f"grouping held {grouped:,} bytes of a {size:,}-byte batch"
     for name, table_rows in rows.items():
         held = _arrow_bytes_held_while(table_rows.batches())
         assert held < 0.05 * size, f"{name}: {held:,} bytes held while read, of a {size:,}-byte batch"
-    lines = versions.column("line")
-    held = _arrow_bytes_held_while(first_arrival_records(FirstArrivals(), lines, chunk=5_000))
-    assert held < 0.25 * lines.nbytes, f"publishing held {held:,} bytes over {lines.nbytes:,} of versions"
+
+
+def test_the_one_querys_writer_puts_every_keys_rows_back_in_the_order_it_wrote_them():
+    """The job's sink rows cross two shuffles (streaming.spark.job_query): whatever order Spark hands
+    them over in, each key's rows of a table come out in the order that key wrote them, as chunks
+    of the same bytes."""
+    from streaming.spark.job_query import ordered_chunks
+    for seed in range(10):
+        rng = random.Random(seed)
+        written = []                            # (origin, seq, table, chunk) in each key's order
+        for origin in (f"R|s{k}" for k in range(rng.randrange(1, 6))):
+            seq = rng.randrange(1000)
+            for _ in range(rng.randrange(1, 12)):
+                seq += rng.randrange(1, 50)      # a task's counter: increasing, with gaps
+                table = rng.choice(["site_topology", "discovery_requests"])
+                written.append((origin, seq, table, f"{origin}:{seq}".encode()))
+        handed = written[:]
+        rng.shuffle(handed)
+        cut = rng.randrange(len(handed) + 1)
+        table = pa.concat_tables([pa.table({"origin": [h[0] for h in part], "seq": [h[1] for h in part],
+                                            "table_name": [h[2] for h in part], "rows": [h[3] for h in part]},
+                                           schema=pa.schema([("origin", pa.string()), ("seq", pa.int64()),
+                                                             ("table_name", pa.string()), ("rows", pa.binary())]))
+                                  for part in (handed[:cut], handed[cut:])])
+        got = ordered_chunks(table)
+        for name in {w[2] for w in written}:
+            expected = [w[3] for w in sorted(written, key=lambda w: (w[0], w[1])) if w[2] == name]
+            assert [bytes(b) for b in got[name]] == expected

@@ -85,9 +85,9 @@ def _run(key, frame, step_messages: int, sink_url: str):
         out = tester.testInPandas(key, part)
         servers += len(outputs(out).get("replication_servers", []))
         history_rows += int((out["table_name"] == "directory_history").sum())     # a chunk per step at least
-        rows = batch_rows(pa.Table.from_pandas(out[["table_name", "rows"]]))
-        versions += rows.pop(replication_query.VERSIONS).column("line").to_pylist() \
-            if replication_query.VERSIONS in rows else []
+        found = out[out["table_name"] == replication_query.VERSIONS]
+        versions += list(zip(found["owner"], found["event_ms"], found["text"]))
+        rows = batch_rows(pa.Table.from_pandas(out[out["table_name"] != replication_query.VERSIONS][["table_name", "rows"]]))
         sink.write_batch("replication", batch_id, rows)
     sink.close()
     objects = {bucket: marshal.loads(blob) for bucket, (blob,) in tester.peekMapState("objects", key).items()}

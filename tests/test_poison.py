@@ -48,6 +48,8 @@ def outputs(frame: pd.DataFrame) -> dict[str, list[dict]]:
     if "table_name" not in frame:
         return out
     for table, chunk in zip(frame["table_name"], frame["rows"]):
+        if chunk is None:                       # a directory version (replication_query.step_frame)
+            continue
         for batch in unpack(chunk):
             out.setdefault(table, []).extend(batch.to_pylist())
     return out

@@ -205,15 +205,14 @@ def test_an_unreachable_broker_is_waited_for_then_reported_clearly():
     offsets.close()
 
 
-def test_the_replication_writer_publishes_more_versions_than_the_clients_queue_holds(broker):
-    """A replication batch of 300,000 messages published about a million directory versions; the
-    client's local queue holds 100,000 and the batch failed with BufferError (Queue full). The writer
-    now lets deliveries drain the queue: here a queue of 1,000 takes 5,000 records, every one."""
+def test_the_outbound_publisher_publishes_more_records_than_the_clients_queue_holds(broker):
+    """A batch of 300,000 messages published about a million records; the client's local queue
+    holds 100,000 and the batch failed with BufferError (Queue full). The publisher lets deliveries
+    drain the queue: here a queue of 1,000 takes 5,000 records, every one."""
     from confluent_kafka import Consumer
-    from streaming.spark.replication_query import ReplicationWriter
-    writer = ReplicationWriter("sqlite:///unused.db", "query", echo=lambda *_: None)
-    target = {"topic": "versions", "kafka": {"bootstrap.servers": broker, "queue.buffering.max.messages": 1000}}
-    writer._publish(target, ((b"%d" % i, b"qm") for i in range(5000)))
+    from streaming.spark.replication_query import OutboundPublisher
+    publisher = OutboundPublisher({"bootstrap.servers": broker, "queue.buffering.max.messages": 1000})
+    publisher.publish("versions", ((b"%d" % i, b"qm") for i in range(5000)))
     consumer = Consumer({"bootstrap.servers": broker, "group.id": "check", "auto.offset.reset": "earliest"})
     consumer.subscribe(["versions"])
     seen, deadline = set(), time.monotonic() + 60
@@ -225,17 +224,16 @@ def test_the_replication_writer_publishes_more_versions_than_the_clients_queue_h
     assert seen == set(range(5000))
 
 
-def test_the_replication_writer_fails_the_batch_when_kafka_does_not_take_its_records():
+def test_the_outbound_publisher_fails_the_batch_when_kafka_does_not_take_its_records():
     """Records Kafka never confirmed (here: no broker, and they time out) fail the batch, which
     Spark then runs again; before, a record that failed delivery left the flush empty-handed and
     the batch counted as done."""
     from conftest import free_port
-    from streaming.spark.replication_query import ReplicationWriter
-    writer = ReplicationWriter("sqlite:///unused.db", "query", echo=lambda *_: None)
-    target = {"topic": "versions", "kafka": {"bootstrap.servers": f"127.0.0.1:{free_port()}",
-                                             "message.timeout.ms": 500, "log_level": 0}}
+    from streaming.spark.replication_query import OutboundPublisher
+    publisher = OutboundPublisher({"bootstrap.servers": f"127.0.0.1:{free_port()}", "message.timeout.ms": 500,
+                                   "log_level": 0})
     with pytest.raises(RuntimeError, match="3 records not delivered to versions"):
-        writer._publish(target, [(b"1", b"qm"), (b"2", b"qm"), (b"3", b"qm")])
+        publisher.publish("versions", [(b"1", b"qm"), (b"2", b"qm"), (b"3", b"qm")])
 
 
 def test_the_brokers_heap_is_resident_from_its_start(kafka_broker):

@@ -14,8 +14,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-QUERY_LABELS = {"dirstream": "raw", "dirstream-discovery": "discovery", "dirstream-replication": "replication",
-                "dirstream-notifications": "notifications"}
+QUERY_LABELS = {"dirstream": "job", "dirstream-operators": "operators"}
 PLAIN_EVERY_S = 10.0
 
 

@@ -8,6 +8,7 @@ import time
 
 DEFAULT_SINK = "sqlite:///var/dirstream.db"
 DEFAULT_CHECKPOINT = "var/checkpoint"
+OPERATORS_QUERY_NAME = "dirstream-operators"   # pipeline_progress.query_name of the operators' rows
 RAW_TOPIC_PARTITIONS = 4                 # as `produce simulate|replay --partitions` creates them
 
 from ..spark import RECORDS_PER_TASK  # noqa: E402
@@ -33,8 +34,7 @@ def register(sub, add_kafka_arguments) -> None:
     run.add_argument("--trigger", default="2s", help="micro-batch interval, e.g. 500ms, 2s, 1m (default 2s)")
     run.add_argument("--master", default="local[*]", help="Spark master: local[*], spark://host:7077, k8s://...")
     run.add_argument("--max-records", type=int, default=200_000,
-                     help="records per micro-batch of each query at most (the directory versions the "
-                          "notification query reads included)")
+                     help="records of the raw topics per micro-batch at most (default 200,000)")
     run.add_argument("--records-per-task", type=int, default=RECORDS_PER_TASK,
                      help="the raw query reads a Kafka partition's range in Spark tasks of at most this many records "
                           f"(default {RECORDS_PER_TASK:,}; 0: one task per Kafka partition)")
@@ -100,6 +100,11 @@ def _run(args) -> int:
     logging.getLogger("dirstream").addHandler(ConsoleHandler(console))
     say = lambda text: (log.info("%s", text), console.notice(text))  # noqa: E731
     print(f"dirstream run: Spark's and the job's log in {log_file}", file=err, flush=True)
+    operators = not args.topics and not args.topic_pattern
+    earlier = topology.earlier_layout(args.checkpoint) if operators else None
+    if earlier:
+        say(f"dirstream run: {earlier}")
+        return 2
     try:
         settings_options = _kafka_options(args)
         _check_security(args.bootstrap, settings_options)
@@ -127,15 +132,15 @@ def _run(args) -> int:
     spark = build_spark(args.master, conf=conf)
     echo = lambda line: (log.info("%s", line), console.info(line))  # noqa: E731
     metrics = _serve_metrics(args, {"bootstrap.servers": args.bootstrap, **settings_options}, say)
-    operators = not args.topics and not args.topic_pattern
     job = topology.JobSettings(
         args.sink, args.checkpoint, opts, once=args.once, trigger=args.trigger, echo=echo,
         records_per_task=args.records_per_task, pec_name=args.pec_name,
         outbound_topic=None if args.outbound_topic.lower() == "none" else args.outbound_topic,
         kafka_conf={"bootstrap.servers": args.bootstrap, **settings_options}, cn_settings=cn_settings(args),
         observer=Observers(console, metrics[0] if metrics else None))
+    spec = topology.query(operators)
     if args.once:
-        console.once_total = _records_to_read(opts, args.sink, job.checkpoint_of(topology.RAW))
+        console.once_total = _records_to_read(opts, args.sink, job.checkpoint_of(spec))
     if operators:
         _record_operator_progress(spark, job)
         for topic, partitions in topology.internal_topics(job).items():
@@ -143,16 +148,13 @@ def _run(args) -> int:
     rc = 0
     console.start()
     try:
-        for phase in topology.phases(args.once, operators):
-            try:
-                queries = [topology.start(spark, spec, job) for spec in phase]
-            except (SourceError, SinkError, ValueError) as exc:
-                console.stop()
-                say(f"dirstream run: {exc}")
-                return 2
-            rc, stopped = _supervise(queries, log, say, opts.get("stopFile"))
-            if rc or stopped:
-                break
+        try:
+            query = topology.start(spark, spec, job)
+        except (SourceError, SinkError, ValueError) as exc:
+            console.stop()
+            say(f"dirstream run: {exc}")
+            return 2
+        rc, _stopped = _supervise([query], log, say, opts.get("stopFile"))
     finally:
         console.stop()
         if os.path.exists(opts["stopFile"]):
@@ -208,16 +210,18 @@ def _serve_metrics(args, kafka_conf: dict, say):
 
 
 def _record_operator_progress(spark, job) -> None:
-    """Each operator query's micro-batches in pipeline_progress, late rows included."""
+    """The operators' side of each micro-batch in pipeline_progress (state, timers, late rows), beside
+    the row the job's writer commits with the batch's tables."""
     from ..spark import topology
     from ..spark.pipeline import checkpoint_query_id
     from ..spark.progress import OperatorProgress
-    ids = {spec.name: checkpoint_query_id(job.checkpoint_of(spec)) for spec in topology.OPERATORS}
-    spark.streams.addListener(OperatorProgress(job.sink_url, ids, job.observer))
+    query_id = checkpoint_query_id(job.checkpoint_of(topology.JOB))
+    spark.streams.addListener(OperatorProgress(job.sink_url, {topology.JOB.name: f"{query_id}/operators"},
+                                               job.observer, {topology.JOB.name: OPERATORS_QUERY_NAME}))
 
 
-def _records_to_read(opts: dict, sink_url: str, raw_checkpoint: str) -> int | None:
-    """How many records of the raw topics the raw query has not read yet (for --once's progress bar)."""
+def _records_to_read(opts: dict, sink_url: str, checkpoint: str) -> int | None:
+    """How many records of the raw topics the job has not read yet (for --once's progress bar)."""
     from ..spark.kafka_offsets import EndOffsets
     from ..spark.kafka_source import client_conf
     from ..spark.pipeline import checkpoint_query_id, parse_end_offsets
@@ -232,7 +236,7 @@ def _records_to_read(opts: dict, sink_url: str, raw_checkpoint: str) -> int | No
             offsets.close()
         sink = open_sink(sink_url)
         try:
-            last = sink.last_progress(checkpoint_query_id(raw_checkpoint)) or {}
+            last = sink.last_progress(checkpoint_query_id(checkpoint)) or {}
         finally:
             sink.close()
         done = parse_end_offsets(last.get("end_offsets"))

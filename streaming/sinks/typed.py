@@ -13,8 +13,6 @@ from . import TABLES
 
 _ARROW_TYPES = {"text": "string", "bigint": "int64", "double": "float64", "bool": "bool_", "bytes": "binary",
                 "json": "string"}
-# Pseudo-tables an operator hands to its writer but the sink never stores: their rows' columns.
-SIDE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {"object_versions": (("line", "text"),)}
 _SCHEMAS: dict = {}
 
 
@@ -24,11 +22,11 @@ class JsonText(str):
 
 
 def columns_of(name: str) -> tuple[tuple[str, str], ...]:
-    return SIDE_COLUMNS[name] if name in SIDE_COLUMNS else TABLES[name].columns
+    return TABLES[name].columns
 
 
 def arrow_schema(name: str):
-    """The Arrow schema of a sink table (or side table): one field per column, in the table's order."""
+    """The Arrow schema of a sink table: one field per column, in the table's order."""
     schema = _SCHEMAS.get(name)
     if schema is None:
         import pyarrow as pa

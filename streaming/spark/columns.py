@@ -28,9 +28,19 @@ SUMMARY_COLUMNS = (
     ("error_reason", "string"), ("error", "string"), ("raw_value", "binary"),
 )
 
+# decode=job (decode.job_batches): a good record for the operator of operator_key, or (summary set,
+# everything else but topic and partition null) a reading task's SUMMARY_COLUMNS rows as Arrow IPC
+JOB_COLUMNS = (
+    ("operator_key", "string"), ("topic", "string"), ("partition", "int"), ("offset", "bigint"),
+    ("protocol", "string"), ("message_id", "string"), ("message_class", "string"),
+    ("sender_identifier_type", "string"), ("authentication_level", "string"), ("source_machine", "string"),
+    ("destination_machine", "string"), ("destination_queue", "string"), ("arrival_time", "timestamp"),
+    ("body", "binary"), ("summary", "binary"),
+)
+
 
 def ddl(columns) -> str:
     return ", ".join(f"{name} {spark_type}" for name, spark_type in columns)
 
 
-DECODED_DDL, SUMMARY_DDL = ddl(DECODED_COLUMNS), ddl(SUMMARY_COLUMNS)
+DECODED_DDL, SUMMARY_DDL, JOB_DDL = ddl(DECODED_COLUMNS), ddl(SUMMARY_COLUMNS), ddl(JOB_COLUMNS)

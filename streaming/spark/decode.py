@@ -12,7 +12,7 @@ import pyarrow as pa
 from ..wire.envelope import EnvelopeError, schema_text, unframe
 from ..wire.topics import PROTOCOL_OF_TOPIC
 from ..wire import WireError, decode
-from .columns import DECODED_COLUMNS, SUMMARY_COLUMNS
+from .columns import DECODED_COLUMNS, JOB_COLUMNS, SUMMARY_COLUMNS
 
 _ARROW_TYPES = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
                 "binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC")}
@@ -32,14 +32,10 @@ def _plain_envelope_schema():
     return fastavro.parse_schema(raw)
 
 
-PLAIN = "plain"                             # the protocol of a record taken as it is (no envelope)
-
-
 class Decoder:
-    def __init__(self, body: bool = True, plain_topics=()):
+    def __init__(self, body: bool = True):
         self.schema = _plain_envelope_schema()
         self.body = body                    # False: the envelope only; the body is left to its operator
-        self.plain = frozenset(plain_topics)    # topics whose values are not envelopes (the job's own)
 
     def envelope(self, value: bytes | None) -> dict:
         return unframe(value, "envelope", self.schema)[1]
@@ -63,9 +59,6 @@ class Decoder:
     def row(self, topic: str, partition: int, offset: int, ts, key: bytes | None, value: bytes | None) -> tuple:
         """One output row, as a tuple in DECODED_ARROW order."""
         key_text = key.decode("utf-8", "replace") if key is not None else None
-        if topic in self.plain:
-            return (topic, partition, offset, ts, key_text, PLAIN, True, *_NO_ENVELOPE, value, None, None, key_text,
-                    None, None, None, None, None, None)
         protocol, env, record, exc = self.check(topic, value)
         if exc is not None:
             return (topic, partition, offset, ts, key_text, protocol, False, *_envelope_values(env),
@@ -113,10 +106,9 @@ def state_key(protocol: str, record, env: dict) -> str:
     return env["destination_machine"]
 
 
-def decode_batches(batches, body: bool = True, plain_topics=()):
-    """Source record batches in, DECODED_ARROW batches out (body=False: envelopes only; the records
-    of plain_topics pass as they are, protocol "plain", the value as body)."""
-    decoder = Decoder(body, plain_topics)
+def decode_batches(batches, body: bool = True):
+    """Source record batches in, DECODED_ARROW batches out (body=False: envelopes only)."""
+    decoder = Decoder(body)
     for batch in batches:
         timestamps = batch.column("timestamp").cast(pa.int64()).to_pylist()
         rows = [decoder.row(t, p, o, ts, k, v) for t, p, o, ts, k, v in zip(
@@ -140,36 +132,51 @@ _MINUTE_US = 60_000_000
 
 
 def summarize_records(topic: str, partition: int, records) -> pa.RecordBatch | None:
-    """records: (offset, kafka timestamp in us or None, key, value) of one Kafka partition, in order.
-    The server is the envelope's destination machine, else the record key; the minute is the
-    envelope's arrival time, else the Kafka timestamp (as the per-record path counts them)."""
-    decoder = Decoder()
-    seen: dict[tuple, list[int]] = {}
-    dead: list[tuple] = []
-    n, last = 0, None
+    """records: (offset, kafka timestamp in us or None, key, value) of one Kafka partition, in order."""
+    decoder, summary = Decoder(), TaskSummary(topic, partition)
     for offset, ts, key, value in records:
-        n, last = n + 1, offset
         protocol, env, _record, exc = decoder.check(topic, value)
+        summary.count(offset, ts, key, value, protocol, env, exc)
+    return summary.batch()
+
+
+class TaskSummary:
+    """What a reading task tells the raw tables about its records: counts per (protocol, server,
+    minute), one row for its Kafka partition (records, last offset, dead letters) and each dead
+    letter whole. The server is the envelope's destination machine, else the record key; the minute
+    is the envelope's arrival time, else the Kafka timestamp (as the per-record path counts them)."""
+
+    def __init__(self, topic: str, partition: int):
+        self.topic, self.partition = topic, partition
+        self.seen: dict[tuple, list[int]] = {}
+        self.dead: list[tuple] = []
+        self.n, self.last = 0, None
+
+    def count(self, offset: int, ts, key, value, protocol, env, exc) -> None:
+        self.n, self.last = self.n + 1, offset
         server = env["destination_machine"] if env is not None else None
         when = env["arrival_time"] * 1000 if env is not None else ts
         if server is None:
             server = key.decode("utf-8", "replace") if key is not None else UNKNOWN
         group = (protocol or UNKNOWN, server, None if when is None else when - when % _MINUTE_US)
-        counts = seen.get(group)
+        counts = self.seen.get(group)
         if counts is None:
-            counts = seen[group] = [0, 0]
+            counts = self.seen[group] = [0, 0]
         counts[0] += 1
         if exc is not None:
             counts[1] += 1
-            dead.append(_dead_row(topic, partition, offset, group[0], key, env, exc, value))
-    if n == 0:
-        return None
-    rows = [("partition", topic, partition, last, None, None, None, n, len(dead)) + _NO_DEAD]
-    rows += [("seen", topic, partition, None, p, s, m, c[0], c[1]) + _NO_DEAD for (p, s, m), c in seen.items()]
-    rows += dead
-    columns = list(zip(*rows))
-    return pa.RecordBatch.from_arrays([pa.array(col, type=ty) for col, (_n, ty) in zip(columns, SUMMARY_FIELDS)],
-                                      schema=SUMMARY_ARROW)
+            self.dead.append(_dead_row(self.topic, self.partition, offset, group[0], key, env, exc, value))
+
+    def batch(self) -> pa.RecordBatch | None:
+        if self.n == 0:
+            return None
+        topic, partition = self.topic, self.partition
+        rows = [("partition", topic, partition, self.last, None, None, None, self.n, len(self.dead)) + _NO_DEAD]
+        rows += [("seen", topic, partition, None, p, s, m, c[0], c[1]) + _NO_DEAD for (p, s, m), c in self.seen.items()]
+        rows += self.dead
+        columns = list(zip(*rows))
+        return pa.RecordBatch.from_arrays([pa.array(col, type=ty) for col, (_n, ty) in zip(columns, SUMMARY_FIELDS)],
+                                          schema=SUMMARY_ARROW)
 
 
 _NO_DEAD = (None,) * (len(SUMMARY_FIELDS) - 9)
@@ -183,3 +190,52 @@ def _dead_row(topic, partition, offset, protocol, key, env, exc, value) -> tuple
         arrival = env["arrival_time"] * 1000
     return ("dead", topic, partition, offset, protocol, None, None, None, None, key_text, message_id, source,
             destination, arrival, exc.structure, exc.field, exc.offset, exc.reason, str(exc), value)
+
+
+# ---------------------------------------------------------------------------- job mode
+# decode=job: the one query's source. Every record is read and decoded (envelope and body) once:
+# the good ones become rows for the protocol operators, each with the key of the operator that
+# takes it (operator_key); the task's counts and dead letters (TaskSummary) become one more row whose
+# `summary` is an Arrow IPC stream of SUMMARY_ARROW rows, passed on to the sink untouched.
+JOB_FIELDS = [(name, _ARROW_TYPES[spark_type]) for name, spark_type in JOB_COLUMNS]
+JOB_ARROW = pa.schema(JOB_FIELDS)
+REPLICA, REQUEST, PASS_ON = "R|", "D|", "P|"        # operator_key prefixes (streaming.spark.job_query)
+JOB_CHUNK = 20_000
+
+
+def job_batches(topic: str, partition: int, records, chunk: int = JOB_CHUNK):
+    """records: (offset, kafka timestamp in us or None, key, value) of one Kafka partition, in order."""
+    from ..sinks.typed import ipc_bytes
+    decoder, summary = Decoder(), TaskSummary(topic, partition)
+    pass_on = f"{PASS_ON}{topic}|{partition}"
+    rows: list[tuple] = []
+    for offset, ts, key, value in records:
+        protocol, env, record, exc = decoder.check(topic, value)
+        summary.count(offset, ts, key, value, protocol, env, exc)
+        if exc is None:
+            rows.append((_operator_key(protocol, record, env, pass_on), topic, partition, offset, protocol,
+                         env["message_id"], env["message_class"], env["sender_identifier_type"],
+                         env["authentication_level"], env["source_machine"], env["destination_machine"],
+                         env["destination_queue"], env["arrival_time"] * 1000, env["body"], None))
+            if len(rows) >= chunk:
+                yield _job_batch(rows)
+                rows = []
+    counted = summary.batch()
+    if counted is not None:
+        rows.append((pass_on, topic, partition) + (None,) * (len(JOB_FIELDS) - 4) + (ipc_bytes(counted),))
+    if rows:
+        yield _job_batch(rows)
+
+
+def _operator_key(protocol: str, record, env: dict, pass_on: str) -> str:
+    if protocol == "mqdsrp":
+        return REPLICA + env["destination_machine"]
+    if protocol == "mqsd":
+        return REQUEST + state_key(protocol, record, env)
+    return pass_on                          # MQCN: to the queue managers, behind the replicas
+
+
+def _job_batch(rows: list[tuple]) -> pa.RecordBatch:
+    columns = list(zip(*rows))
+    return pa.RecordBatch.from_arrays([pa.array(col, type=ty) for col, (_n, ty) in zip(columns, JOB_FIELDS)],
+                                      schema=JOB_ARROW)

@@ -13,10 +13,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 from ..operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, Reply, Request, forget_at,
                                   state_from_json, state_to_json)
 from ..wire import decode
-from .stateful import (OUTPUT_DDL, apply_guarded, dead_letter, ordered_rows, raise_if_poison, replace_timers,
+from .stateful import (apply_guarded, dead_letter, ordered_rows, raise_if_poison, replace_timers,
                        timer_dead_letter, typed_frame)
-
-WATERMARK_DELAY = "10 seconds"
 
 
 def _ts(ms: int) -> str:
@@ -123,14 +121,3 @@ class DiscoveryProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
-
-
-def discovery_stream(decoded):
-    from pyspark.sql import functions as F
-    return (decoded.filter("ok")
-            .withColumn("arrival_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
-            .withWatermark("arrival_time", WATERMARK_DELAY)
-            .select("state_key", "arrival_ms", "arrival_time", "topic", "partition", "offset", "body",
-                    "source_machine", "message_id")
-            .groupBy("state_key")
-            .transformWithStateInPandas(DiscoveryProcessor(), OUTPUT_DDL, "Append", "EventTime"))

@@ -18,12 +18,9 @@ batches. Options:
                      source yields decoded rows (one Python hop fewer than a separate mapInArrow);
                      envelope: the envelope only (for operators that decode the body themselves);
                      summary: decode every record but yield only counts and dead letters
-                     (streaming.spark.decode.summarize_records; the raw query's input)
-  plainTopics        with decode=true|envelope: topics whose records are not envelopes (the job's
-                     own derived topics); they pass as rows of protocol "plain" with the value as body
-  gateProgressTopic  with gateUpstreamTopics and gatedTopics: the gated topics are released only up to
-                     the progress another query published for its topics (streaming.spark.event_clock);
-                     gateQueryId: only that query's progress records count
+                     (streaming.spark.decode.summarize_records; the raw query's input);
+                     job: both in one read, the good records keyed for their operator and each
+                     task's counts and dead letters (streaming.spark.decode.job_batches)
   stopFile           a local file whose existence means a stop was asked for: no new micro-batch
                      starts (the query goes idle after the batch in flight and is stopped between batches)
   kafka.<setting>    any Kafka client setting (security.protocol, sasl.*, ssl.*, ...)
@@ -101,6 +98,9 @@ class KafkaSource(DataSource):
         if mode in ("true", "envelope"):
             from .columns import DECODED_DDL
             return DECODED_DDL
+        if mode == "job":
+            from .columns import JOB_DDL
+            return JOB_DDL
         return SCHEMA
 
     def streamReader(self, schema):
@@ -121,20 +121,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_per_partition = _positive(options, "maxRecordsPerPartition")
         self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
         self.available_now_target: dict | None = None
-        self.plain_topics = _names(options, "plainTopics")
-        self.gated_topics = _names(options, "gatedTopics")
         self._offsets: EndOffsets | None = None
-        self._gate = None
         self._arrivals = None
         # with decoded envelopes, a capped micro-batch ends every partition at one event time
-        self.align_by_time = options.get("decode", "false").lower() in ("true", "envelope")
+        self.align_by_time = options.get("decode", "false").lower() in ("true", "envelope", "job")
         self._reset_logged: dict[tuple[str, int], int] = {}
         self.stop_file = options.get("stopfile")
 
     # The driver-side Kafka client is not shipped to executors.
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_offsets"] = state["_gate"] = state["_arrivals"] = None
+        state["_offsets"] = state["_arrivals"] = None
         return state
 
     @property
@@ -144,16 +141,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             from .event_clock import ArrivalIndex
             self._arrivals = ArrivalIndex(self.conf)
         return self._arrivals
-
-    @property
-    def gate(self):
-        """The event clock gate (streaming.spark.event_clock), or None when this source has none."""
-        if self._gate is None and self.options.get("gateprogresstopic"):
-            from .event_clock import EventClockGate
-            self._gate = EventClockGate(self.arrivals, self.conf, self.options["gateprogresstopic"],
-                                        _names(self.options, "gateUpstreamTopics"),
-                                        self.options.get("gatequeryid"))
-        return self._gate
 
     @property
     def offsets(self) -> EndOffsets:
@@ -189,7 +176,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.stop_file and os.path.exists(self.stop_file):
             return start                        # a stop was asked for: nothing new (the query goes idle)
         begin = flatten(start)
-        progress = self.gate.latest() if self.gate is not None else None     # before the end offsets
         if self.available_now_target is not None:
             ends = flatten(self.available_now_target)
         else:
@@ -200,48 +186,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end < begin[tp]:
                 self._offsets_went_back(tp, begin[tp], end)
         ends = {tp: max(ends.get(tp, begin[tp]), begin[tp]) for tp in begin}
-        if self.gate is not None:
-            ends = self._gated(begin, ends, progress)
         if isinstance(limit, ReadMaxRows):
-            ends = self._capped(begin, ends, limit.max_rows, progress)
+            ends = self._capped(begin, ends, limit.max_rows)
         return nest(ends)
 
-    def _gated(self, begin: dict, ends: dict, progress: dict | None) -> dict:
-        """The gated topics released up to the upstream query's progress (event_clock): that of the
-        latest progress record whose versions ("objects_end") all lie within the plain topics' ranges
-        (none: the traffic waits). A record without "objects_end" was written before the versions
-        could be capped: they are read to their end then, and it is taken as it is."""
-        from .event_clock import objects_within
-        plain = {tp: end for tp, end in ends.items() if tp[0] in self.plain_topics}
-        if progress is not None and "objects_end" in progress and not objects_within(progress, plain):
-            progress = self.gate.latest(lambda r: "objects_end" in r and objects_within(r, plain))
-            if progress is None:
-                return {tp: begin[tp] if tp[0] in self.gated_topics else end for tp, end in ends.items()}
-        gate_ms = self.gate.gate_ms(progress)
-        return {tp: self.arrivals.release_end(tp, begin[tp], end, gate_ms) if tp[0] in self.gated_topics else end
-                for tp, end in ends.items()}
-
-    def _capped(self, begin: dict, ends: dict, max_rows: int, progress: dict | None = None) -> dict:
-        """At most max_rows records, shared in proportion to each partition's backlog; the timed
-        topics' shares end at one common event time (event_clock.aligned_cap).
-
-        The plain topics (the directory versions the upstream query derives, never late) are capped
-        too, and the gated traffic then released again within them (_gated); unless the upstream's
-        progress record has no "objects_end": the versions are read to their end, as they were."""
-        plain = {tp: end for tp, end in ends.items() if tp[0] in self.plain_topics}
-        timed = {tp: end for tp, end in ends.items() if tp[0] not in self.plain_topics}
-        if self.gate is not None and progress is not None and "objects_end" not in progress:
-            shares = {tp: end for tp, end in _cap(begin, timed, max_rows).items() if tp in timed}
-        else:
-            shares = {tp: end for tp, end in _cap(begin, ends, max_rows).items() if tp in ends}
-            plain = {tp: shares[tp] for tp in plain}
-            if self.gate is not None and any(plain[tp] < ends[tp] for tp in plain):
-                shares = self._gated(begin, shares, progress)
-        shares = {tp: shares[tp] for tp in timed}
+    def _capped(self, begin: dict, ends: dict, max_rows: int) -> dict:
+        """At most max_rows records, shared in proportion to each partition's backlog; with decoded
+        envelopes the shares end at one common event time (event_clock.aligned_cap)."""
+        shares = {tp: end for tp, end in _cap(begin, ends, max_rows).items() if tp in ends}
         if self.align_by_time:
             from .event_clock import aligned_cap
-            shares = aligned_cap(self.arrivals, begin, timed, shares)
-        return {**plain, **shares}
+            shares = aligned_cap(self.arrivals, begin, ends, shares)
+        return shares
 
     def partitions(self, start: dict, end: dict):
         begin, finish = flatten(start), flatten(end)
@@ -289,8 +245,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._offsets is not None:
             self._offsets.close()
-        if self._gate is not None:
-            self._gate.close()
         if self._arrivals is not None:
             self._arrivals.close()
 
@@ -308,11 +262,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 from .decode import summarize_records
                 summary = summarize_records(partition.topic, partition.partition, records)
                 batches = [summary] if summary is not None else []
+            elif mode == "job":
+                from .decode import job_batches
+                batches = job_batches(partition.topic, partition.partition, records)
             else:
                 batches = _arrow_batches(records, partition.topic, partition.partition)
             if mode in ("true", "envelope"):
                 from .decode import decode_batches
-                batches = decode_batches(batches, body=mode == "true", plain_topics=self.plain_topics)
+                batches = decode_batches(batches, body=mode == "true")
             yield from batches
             finished = True
         finally:
@@ -396,10 +353,6 @@ def _to_batch(columns: dict, topic: str, partition: int):
     columns["topic"], columns["partition"] = [topic] * n, [partition] * n
     schema = arrow_schema()
     return pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
-
-
-def _names(options: dict, name: str) -> list[str]:
-    return [t.strip() for t in options.get(name.lower(), "").split(",") if t.strip()]
 
 
 def _positive(options: dict, name: str) -> int | None:

@@ -2,13 +2,9 @@
 the queue manager (the GUID in its NOTIFY_QUEUE_PRIVATE), driven by the sans-IO queue manager in
 streaming/operators/notifications.py.
 
-Inputs, through one source (one offset, so one consistent snapshot per micro-batch): the
-notifications (msmq.cn.raw), the MQSD traffic (msmq.sd.raw, read for its time only: the batching
-timers fire while the directory is quiet) and the directory as the MQDSRP replicas hold it
-(msmq.dsrp.objects: every version the replication operator derived, the first arrival of each
-across the replicas, keyed by the owning queue manager). The traffic is released only up to the
-replication query's progress (streaming/spark/event_clock.py), and only the traffic moves the event-time clock: the directory
-versions are never late and never push the clock ahead of the notifications.
+Inputs (the job's second operator, streaming/spark/job_query.py): the notifications and the
+directory as the MQDSRP replicas hold it (every version the replication operator derived, keyed by
+the owning queue manager), both from the first operator of the same micro-batch.
 
 Each queue manager applies its input in event-time order, whatever the micro-batching: rows wait in
 its state until the watermark passes them, then are applied in order, the timers due before each
@@ -19,14 +15,11 @@ import pickle
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from .stateful import (OUTPUT_DDL, POISON_IDS, TableWriter, dead_letter, raise_if_poison,
-                       replace_timers, timer_dead_letter, typed_frame)
+from .stateful import POISON_IDS, dead_letter, raise_if_poison, replace_timers, timer_dead_letter, typed_frame
 from ..operators.notification_input import DIRECTORY, ROW_FIELDS, Row, advance, split
 from ..operators.notification_rows import step_rows
 from ..operators.notifications import QMState, QueueManager, Settings
 
-WATERMARK_DELAY = "10 seconds"
-CLOCK_KEY = "~clock"
 STAGE = "operator:notifications"
 
 
@@ -55,8 +48,6 @@ class NotificationProcessor(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues):
         self.fired_ms = None
-        if key[0] == CLOCK_KEY:
-            return                          # MQSD rows: they only moved the event-time clock
         st, held = self._stored(key[0])
         held += input_rows(rows)
         yield from self._advance(key[0], st, held, timerValues.getCurrentWatermarkInMs())
@@ -114,41 +105,3 @@ class _Origin:
     def __init__(self, n):
         self.topic, self.partition, self.offset, self.body = n.origin
         self.message_id, self.arrival_ms, self.source_machine = n.message_id, n.arrival_ms, n.source
-
-
-COLUMNS = ["qm_key", "event_time"] + list(ROW_FIELDS)
-
-
-def notification_stream(spark, opts: dict, settings: Settings):
-    """opts: the source over the notification, discovery and objects topics, gated (see module doc)."""
-    from pyspark.sql import functions as F
-
-    from .decode import PLAIN
-    from .kafka_source import decoded_stream
-    source = decoded_stream(spark, opts, "envelope").filter("ok")
-    # One scan of the source (a filter into two branches and a union read every record twice). The
-    # directory versions carry no event time (null): Spark's watermark takes the maximum of the
-    # event times it sees and never drops a row whose event time is null, so the versions neither
-    # move the clock nor are ever late (see module doc); their own time is event_ms.
-    version = F.col("protocol") == PLAIN
-    updated = F.to_timestamp(F.get_json_object(F.col("body").cast("string"), "$.updated_at"))
-    qm_of_queue = F.nullif(F.lower(F.regexp_extract("destination_queue", r"(?i)^PRIVATE=\{?([0-9a-f-]{36})", 1)),
-                           F.lit(""))
-    rows = (source
-            .withColumn("kind", F.when(version, F.lit(DIRECTORY)).otherwise(F.col("protocol")))
-            # MQSD rows only move the clock; they go to one key that ignores them
-            .withColumn("qm_key", F.when(version, F.col("key"))
-                        .when(F.col("kind") == "mqsd", F.lit(CLOCK_KEY))
-                        .otherwise(F.coalesce(qm_of_queue, F.col("destination_machine"))))
-            .withColumn("event_time", F.when(~version, F.col("arrival_time")))
-            .withColumn("event_ms", (F.unix_micros(F.when(version, updated).otherwise(F.col("arrival_time")))
-                                     / 1000).cast("long"))
-            .withWatermark("event_time", WATERMARK_DELAY))
-    return (rows.select(*COLUMNS)
-            .groupBy("qm_key")
-            .transformWithStateInPandas(NotificationProcessor(settings), OUTPUT_DDL, "Append", "EventTime"))
-
-
-class NotificationWriter(TableWriter):
-    def __init__(self, sink_url: str, query_id: str, echo=print):
-        super().__init__(sink_url, query_id, echo, label="notifications")

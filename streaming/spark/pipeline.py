@@ -12,7 +12,6 @@ from .decode import UNKNOWN
 from .kafka_offsets import EndOffsets
 from .kafka_source import client_conf, decoded_stream, register, source_options  # noqa: F401 (re-exported)
 from ..sinks import open_sink, utcnow
-from ..wire.topics import OBJECTS_TOPIC, PROGRESS_TOPIC, TOPICS
 
 log = logging.getLogger("dirstream.job")
 DRIVER_MEMORY = "4g"
@@ -143,6 +142,7 @@ class BatchWriter:
         progress = self.progress_row(query_id, batch_id, started, t0, rows.pop("_counts"))
         rows["pipeline_progress"] = [progress]
         written = self.sink.write_batch(query_id, batch_id, rows)
+        self.after_write(rows)
         if self.observer is not None:
             self.observer.batch(self.query_name, batch_id, progress, {t: len(v) for t, v in rows.items()},
                                 rows.get("dead_letters") or [])
@@ -150,13 +150,21 @@ class BatchWriter:
                   f"{progress['duration_ms']} ms, {progress['rows_per_second']:,.0f} rows/s, lag {progress['total_lag']}"
                   + ("" if written else " (already written: skipped)"))
 
+    def after_write(self, rows: dict) -> None:
+        """Called after every batch, also one already written (a replay): side effects go here."""
+
     def collect(self, df, batch_id: int) -> dict:
         return self.collect_summary(df, batch_id) if "row_type" in df.columns else self.collect_records(df, batch_id)
 
     def collect_summary(self, df, batch_id: int) -> dict:
         """decode=summary: the reading tasks have counted; add their counts up across tasks."""
+        return self.summary_tables(df.toArrow(), batch_id)
+
+    def summary_tables(self, table, batch_id: int) -> dict:
+        """The reading tasks' counts (an Arrow table of decode.SUMMARY_ARROW rows, or None) as the raw tables."""
         import pyarrow.compute as pc
-        table = df.toArrow()
+        if table is None:
+            return self._tables(batch_id, [], [], [])
         kind = table["row_type"]
         parts = table.filter(pc.equal(kind, "partition")).group_by(["topic", "partition"]).aggregate(
             [("messages", "sum"), ("offset", "max"), ("dead_letters", "sum")]).to_pylist()
@@ -276,29 +284,12 @@ def start_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, onc
     return _start(frame, "dirstream", checkpoint, writer, once, trigger, observer)
 
 
-# Test-only: "query-name=seconds" makes that query's every micro-batch take that much longer (the
-# determinism tests slow one query down to show the others do not run ahead of it).
-SLOW_QUERY_FOR_TESTS = os.environ.get("DIRSTREAM_TEST_SLOW_QUERY", "")
-
-
 def _start(frame, name: str, checkpoint: str, writer, once: bool, trigger: str, observer=None):
     """observer: told of every micro-batch written (streaming.apps.console.JobConsole.batch)."""
     writer.query_name, writer.observer = name, observer
-    slow_name, _, seconds = SLOW_QUERY_FOR_TESTS.partition("=")
-    if slow_name == name:
-        writer = _Slowed(writer, float(seconds))
     stream = frame.writeStream.queryName(name).option("checkpointLocation", checkpoint).foreachBatch(writer)
     stream = stream.trigger(availableNow=True) if once else stream.trigger(processingTime=parse_trigger(trigger))
     return stream.start()
-
-
-class _Slowed:
-    def __init__(self, writer, seconds: float):
-        self.writer, self.seconds = writer, seconds
-
-    def __call__(self, df, batch_id: int) -> None:
-        time.sleep(self.seconds)
-        self.writer(df, batch_id)
 
 
 def parse_end_offsets(value) -> dict[tuple[str, int], int]:
@@ -325,64 +316,3 @@ def checkpoint_query_id(checkpoint: str) -> str:
         os.replace(path + ".tmp", path)
     with open(path) as fh:
         return fh.read().strip()
-
-
-def start_discovery_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
-                          trigger: str = "2s", echo=print, observer=None):
-    """The MQSD discovery operator: its own query over the discovery topic, its own checkpoint."""
-    from .discovery_query import discovery_stream
-    from .stateful import TableWriter
-    opts = {k: v for k, v in source_opts.items() if k not in ("topicPattern", "dataLossLog")}
-    opts["topics"] = TOPICS["mqsd"]
-    writer = TableWriter(sink_url, checkpoint_query_id(checkpoint), echo)
-    open_sink(sink_url).close()                  # create the tables (and fail fast on a bad URL)
-    return _start(discovery_stream(decoded_stream(spark, opts)), "dirstream-discovery", checkpoint, writer, once,
-                  trigger, observer)
-
-
-def start_replication_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, once: bool = False,
-                            trigger: str = "2s", echo=print, pec_name: str | None = None,
-                            outbound_topic: str | None = None, kafka_conf: dict | None = None,
-                            objects_topic: str | None = None, progress_topic: str = PROGRESS_TOPIC, observer=None):
-    """The MQDSRP replication operator: its own query over the replication topic and checkpoint;
-    what the servers send goes to outbound_messages and, if outbound_topic is set, to Kafka; every
-    directory version to objects_topic and, after them, the query's progress to progress_topic."""
-    from .replication_query import ReplicationWriter, replication_stream
-    opts = {k: v for k, v in source_opts.items() if k not in ("topicPattern", "dataLossLog")}
-    opts["topics"] = TOPICS["mqdsrp"]
-    outbound = {"topic": outbound_topic, "kafka": kafka_conf or {}} if outbound_topic else None
-    query_id = checkpoint_query_id(checkpoint)
-    objects = ({"topic": objects_topic, "progress_topic": progress_topic, "kafka": kafka_conf or {}}
-               if objects_topic else None)
-    writer = ReplicationWriter(sink_url, query_id, echo, outbound, objects, checkpoint)
-    open_sink(sink_url).close()
-    return _start(replication_stream(decoded_stream(spark, opts, "envelope"), pec_name, query_id),
-                  "dirstream-replication", checkpoint, writer, once, trigger, observer)
-
-
-def notification_source_options(source_opts: dict, objects_topic: str = OBJECTS_TOPIC,
-                                progress_topic: str = PROGRESS_TOPIC, upstream_query_id: str | None = None) -> dict:
-    """One source over the notifications, the MQSD traffic (its clock) and the replicas' versions;
-    the traffic released up to the replication query's progress (streaming.spark.event_clock)."""
-    opts = {k: v for k, v in source_opts.items() if k not in ("topicPattern", "dataLossLog")}
-    traffic = [TOPICS["mqcn"], TOPICS["mqsd"]]
-    opts.update(topics=",".join(traffic + [objects_topic]), plainTopics=objects_topic,
-                gateProgressTopic=progress_topic, gateUpstreamTopics=TOPICS["mqdsrp"], gatedTopics=",".join(traffic))
-    if upstream_query_id:
-        opts["gateQueryId"] = upstream_query_id
-    return opts
-
-
-def start_notification_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, settings,
-                             once: bool = False, trigger: str = "2s", echo=print,
-                             objects_topic: str = OBJECTS_TOPIC, progress_topic: str = PROGRESS_TOPIC,
-                             replication_checkpoint: str | None = None, observer=None):
-    """The MQCN operator: notifications plus the replicas' directory versions, its own checkpoint;
-    its clock follows the progress of the replication query of replication_checkpoint."""
-    from .notification_query import NotificationWriter, notification_stream
-    writer = NotificationWriter(sink_url, checkpoint_query_id(checkpoint), echo)
-    open_sink(sink_url).close()
-    upstream = checkpoint_query_id(replication_checkpoint) if replication_checkpoint else None
-    opts = notification_source_options(source_opts, objects_topic, progress_topic, upstream)
-    return _start(notification_stream(spark, opts, settings), "dirstream-notifications", checkpoint,
-                  writer, once, trigger, observer)

@@ -1,7 +1,8 @@
-"""Every operator query's progress in pipeline_progress: a StreamingQueryListener on the driver turns
-each micro-batch's Spark progress into one row (input rows, duration, state rows and memory, timers
-fired, and the rows the watermark dropped as late, which would otherwise vanish silently). The raw
-query writes its own rows inside its batch transaction (streaming/spark/pipeline.py)."""
+"""The operators' progress in pipeline_progress: a StreamingQueryListener on the driver turns each
+micro-batch's Spark progress into one row (input rows, duration, state rows and memory, timers fired,
+and the rows the watermark dropped as late, which would otherwise vanish silently), query_name
+"dirstream-operators". The job's writer commits its own row (records read, dead letters, lag) with the
+batch's tables (streaming/spark/pipeline.py)."""
 import json
 import logging
 from datetime import datetime, timezone
@@ -103,8 +104,9 @@ class _JsonEvents:
 class OperatorProgress(JsonProgressListener):
     """Writes a row per micro-batch of the named queries (query name -> the query id its writer uses)."""
 
-    def __init__(self, sink_url: str, query_ids: dict[str, str], observer=None):
+    def __init__(self, sink_url: str, query_ids: dict[str, str], observer=None, labels: dict[str, str] | None = None):
         self.sink_url, self.query_ids, self._sink = sink_url, dict(query_ids), None
+        self.labels = dict(labels or {})    # query name -> pipeline_progress.query_name of its rows
         self.observer = observer            # told of every row (streaming.apps.console.JobConsole.progress)
 
     def onQueryProgress(self, event) -> None:
@@ -117,6 +119,7 @@ class OperatorProgress(JsonProgressListener):
             if self._sink is None:
                 self._sink = open_sink(self.sink_url)
             row = operator_progress_row(p, query_id)
+            row["query_name"] = self.labels.get(p.name, p.name)
             # its own exactly-once marker: the writer's (query id, batch id) marks the batch's tables
             self._sink.write_batch(f"{query_id}/progress", row["batch_id"], {"pipeline_progress": [row]})
             if self.observer is not None:

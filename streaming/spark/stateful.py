@@ -1,7 +1,6 @@
-"""What every stateful operator query shares: the output schema of its processor (rows of
-(table_name, an Arrow IPC chunk of that table's typed rows)), its one timer per key, the guard that keeps one message an operator
-cannot handle from failing the micro-batch, and the foreachBatch writer that upserts the rows into
-the sink tables in one transaction per micro-batch."""
+"""What every stateful operator shares: its sink rows as (table_name, an Arrow IPC chunk of that
+table's typed rows), its one timer per key, and the guard that keeps one message an operator cannot
+handle from failing the micro-batch."""
 import os
 from datetime import datetime, timezone
 
@@ -153,38 +152,6 @@ def replace_timers(handle, due_ms: int | None, fired_ms: int | None = None) -> N
             handle.deleteTimer(t)
     if due_ms is not None:
         handle.registerTimer(due_ms)
-
-
-class TableWriter:
-    """foreachBatch for operator outputs: typed rows by table upserted in one transaction."""
-
-    # rows of these pseudo-tables go to after_write only (published, not written to the sink)
-    SIDE_TABLES: tuple[str, ...] = ()
-
-    def __init__(self, sink_url: str, query_id: str, echo=print, label: str = "discovery"):
-        self.sink_url, self.query_id, self.echo, self.label = sink_url, query_id, echo, label
-        self._sink = None
-        self.batch_id: int | None = None
-        self.query_name, self.observer = label, None         # set by pipeline._start
-
-    def __call__(self, df, batch_id: int) -> None:
-        from ..sinks import open_sink
-        if self._sink is None:
-            self._sink = open_sink(self.sink_url)
-        rows = batch_rows(df.toArrow())                 # Arrow: far cheaper than collect()
-        side = {name: rows.pop(name) for name in self.SIDE_TABLES if name in rows}
-        written = self._sink.write_batch(self.query_id, batch_id, rows)
-        self.batch_id = batch_id
-        self.after_write({**rows, **side})
-        if self.observer is not None:
-            self.observer.batch(self.query_name, batch_id, None, {t: len(v) for t, v in rows.items()},
-                                list(rows.get("dead_letters") or []))
-        if any(rows.values()):
-            self.echo(f"{self.label} batch {batch_id}: " + ", ".join(f"{len(v)} {k}" for k, v in rows.items())
-                      + ("" if written else " (already written: skipped)"))
-
-    def after_write(self, rows: dict[str, list[dict]]) -> None:
-        """Called after every batch, also one already written (a replay): side effects go here."""
 
 
 CHUNK_ROWS = 2000

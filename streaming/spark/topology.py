@@ -1,22 +1,15 @@
-"""The job's queries: what each reads, what it derives, and in which order they run.
+"""The job's query: what it reads and derives, and how a checkpoint of an earlier layout is told.
 
-    msmq.cn.raw, msmq.dsrp.raw, msmq.sd.raw --> raw ------------> raw_messages_seen, dead_letters
-    msmq.sd.raw -----------------------------> discovery ------> discovery tables
-    msmq.dsrp.raw ---------------------------> replication ----> replication tables, msmq.dsrp.out,
-                                                    |            msmq.dsrp.objects, msmq.dsrp.progress
-                                                    v
-    msmq.cn.raw, msmq.sd.raw, msmq.dsrp.objects -> notifications -> notification tables
-                   (released up to msmq.dsrp.progress: streaming.spark.event_clock)
+    msmq.cn.raw, msmq.dsrp.raw, msmq.sd.raw --> the job (one query, streaming.spark.job_query)
+        raw_messages_seen, dead_letters, pipeline_progress, the replication, discovery and
+        notification tables (one sink transaction per micro-batch), msmq.dsrp.out
 
-Running continuously, every query runs at once: the notification query's source waits for the
-replication query's progress by itself. With --once the queries run in dependency order (each
-phase to the end of what was in Kafka when it started), so one invocation also processes what a
-query derives for another in the same run.
+With --topics or --topic-pattern the raw query alone runs (counts and dead letters, no operators).
 """
 import os
 from dataclasses import dataclass, field
 
-from ..wire.topics import OBJECTS_TOPIC, OUTBOUND_TOPIC, PROGRESS_TOPIC, TOPICS
+from ..wire.topics import OUTBOUND_TOPIC, TOPICS
 
 
 @dataclass(frozen=True)
@@ -26,19 +19,15 @@ class QuerySpec:
     label: str                      # pipeline_progress.query_name of an operator query
     reads: tuple[str, ...]
     derives: tuple[str, ...]
-    after: tuple[str, ...] = ()     # queries whose derived topics it reads
 
 
 RAW = QuerySpec("dirstream", "raw", "dirstream", tuple(TOPICS.values()),
                 ("raw_messages_seen", "dead_letters", "pipeline_progress"))
-DISCOVERY = QuerySpec("dirstream-discovery", "discovery", "discovery", (TOPICS["mqsd"],), ("discovery tables",))
-REPLICATION = QuerySpec("dirstream-replication", "replication", "replication", (TOPICS["mqdsrp"],),
-                        ("replication tables", OUTBOUND_TOPIC, OBJECTS_TOPIC, PROGRESS_TOPIC))
-NOTIFICATIONS = QuerySpec("dirstream-notifications", "notifications", "notifications",
-                          (TOPICS["mqcn"], TOPICS["mqsd"], OBJECTS_TOPIC, PROGRESS_TOPIC), ("notification tables",),
-                          after=("dirstream-replication",))
-QUERIES = (RAW, DISCOVERY, REPLICATION, NOTIFICATIONS)
-OPERATORS = (DISCOVERY, REPLICATION, NOTIFICATIONS)
+JOB = QuerySpec("dirstream", "job", "dirstream", tuple(TOPICS.values()),
+                ("raw_messages_seen", "dead_letters", "pipeline_progress", "replication tables", "discovery tables",
+                 "notification tables", OUTBOUND_TOPIC))
+# the four queries' checkpoint folders before the job became one query
+EARLIER_LAYOUT = ("discovery", "replication", "notifications")
 
 
 @dataclass
@@ -61,41 +50,35 @@ class JobSettings:
         return os.path.join(self.checkpoint, spec.folder)
 
 
-def phases(once: bool, operators: bool = True) -> list[tuple[QuerySpec, ...]]:
-    """The queries to start together, phase after phase: one phase when running continuously; in
-    dependency order with --once. operators=False: the raw query alone (--topics, --topic-pattern)."""
-    queries = QUERIES if operators else (RAW,)
-    if not once:
-        return [queries]
-    done: set[str] = set()
-    ordered = []
-    while len(done) < len(queries):
-        ready = tuple(q for q in queries if q.name not in done and all(a in done for a in q.after))
-        ordered.append(ready)
-        done |= {q.name for q in ready}
-    return ordered
+def query(operators: bool = True) -> QuerySpec:
+    """The job's query; operators=False: the raw query alone (--topics, --topic-pattern)."""
+    return JOB if operators else RAW
+
+
+def earlier_layout(checkpoint: str) -> str | None:
+    """The message that stops `dirstream run` when the checkpoint holds the four queries of an
+    earlier version (None if it does not): their state cannot become the one query's."""
+    found = [f for f in EARLIER_LAYOUT if os.path.isdir(os.path.join(checkpoint, f))]
+    if not found:
+        return None
+    return (f"the checkpoint {checkpoint} was written by an earlier version of the job (four queries: "
+            f"{', '.join(found)}, ...); this version runs one query and cannot resume from it. Rebuild: run with a "
+            f"new --checkpoint and an empty sink; the tables are a pure function of what is in Kafka, so the new "
+            f"checkpoint replays it into the same tables")
 
 
 def internal_topics(job: JobSettings) -> dict[str, int]:
-    """The topics the queries derive, with their partition count (one: a single writer, in order)."""
-    topics = {OBJECTS_TOPIC: 1, PROGRESS_TOPIC: 1}
-    if job.outbound_topic:
-        topics[job.outbound_topic] = 1
-    return topics
+    """The topics the job derives, with their partition count (one: a single writer, in order)."""
+    return {job.outbound_topic: 1} if job.outbound_topic else {}
 
 
 def start(spark, spec: QuerySpec, job: JobSettings):
     from . import pipeline
     common = dict(sink_url=job.sink_url, checkpoint=job.checkpoint_of(spec), source_opts=job.source_opts,
-                  once=job.once, trigger=job.trigger, echo=job.echo, observer=job.observer)
+                  once=job.once, trigger=job.trigger, echo=job.echo, observer=job.observer,
+                  records_per_task=job.records_per_task)
     if spec is RAW:
-        return pipeline.start_query(spark, records_per_task=job.records_per_task, **common)
-    if spec is DISCOVERY:
-        return pipeline.start_discovery_query(spark, **common)
-    if spec is REPLICATION:
-        return pipeline.start_replication_query(spark, pec_name=job.pec_name, outbound_topic=job.outbound_topic,
-                                                kafka_conf=job.kafka_conf, objects_topic=OBJECTS_TOPIC,
-                                                progress_topic=PROGRESS_TOPIC, **common)
-    return pipeline.start_notification_query(spark, settings=job.cn_settings, objects_topic=OBJECTS_TOPIC,
-                                             progress_topic=PROGRESS_TOPIC,
-                                             replication_checkpoint=job.checkpoint_of(REPLICATION), **common)
+        return pipeline.start_query(spark, **common)
+    from .job_query import start_job_query
+    return start_job_query(spark, pec_name=job.pec_name, outbound_topic=job.outbound_topic,
+                           kafka_conf=job.kafka_conf, settings=job.cn_settings, **common)

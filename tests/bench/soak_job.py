@@ -68,9 +68,8 @@ from streaming.wire.topics import TOPICS  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 DIRSTREAM = str(Path(sys.executable).parent / "dirstream")
-QUERIES = ("dirstream", "dirstream-discovery", "dirstream-replication", "dirstream-notifications")
-SHORT = {"dirstream": "raw", "dirstream-discovery": "discovery", "dirstream-replication": "replication",
-         "dirstream-notifications": "notifications"}
+QUERIES = ("dirstream",)                         # the job's one query (its operators' rows are not a query)
+SHORT = {"dirstream": "job"}
 PROCESSES = ("broker", "producer", "driver", "jvm", "python workers")
 # The producer is measured, not judged: it holds the run's ground truth (every message id it dropped,
 # duplicated or corrupted, each discovery request's result, every queue a notification named), which
@@ -183,7 +182,7 @@ class LagMeter:
         except Exception:                           # noqa: BLE001 -- the job has not created its sink yet
             return {}
         try:
-            queries = {q["query"]: q for q in health.query_summary(reader)}
+            queries = {q["query"]: q for q in health.query_summary(reader) if q["query"] in QUERIES}
         except Exception:                           # noqa: BLE001 -- no pipeline_progress yet
             return {}
         finally:

@@ -1,0 +1,244 @@
+"""The job as one streaming query: one read of the raw topics, two stateful operators chained in one
+plan, one foreachBatch writing every table of a micro-batch in one sink transaction.
+
+    msmq.dsrp.raw, msmq.sd.raw, msmq.cn.raw
+        -> source (decode=job: every record read and decoded once; each task's counts and dead letters)
+        -> DirectoryProcessor, keyed by operator_key:
+               R|server      the MQDSRP replica of that directory server
+               D|request     the MQSD request (its RequestID)
+               P|topic|part  passes MQCN records and task summaries on
+           its output: sink rows (typed chunks) and the MQCN operator's input (notifications, and the
+           directory versions the replicas derived, keyed by the owning queue manager)
+        -> QueueManagerProcessor, keyed by route_key:
+               a queue manager (MQCN)
+               ~sink|n       passes the sink rows on
+        -> JobWriter: the raw tables, every operator table, pipeline_progress, one transaction;
+           then what the replicas send, to the outbound topic
+
+The versions reach the queue managers inside the plan, in the micro-batch that derived them. The
+event-time clock is the source's watermark (every raw record's arrival time, 10 s behind): the
+replicas fire their timers up to it, then the queue managers apply what it has passed, versions
+included, in event-time order. The first operator's output carries no event time (event_time is
+null on every row): its rows are never late and never move the clock; the queue managers hold each
+row until the watermark passes its own time (event_ms).
+
+Every sink row carries its origin (the key whose step wrote it) and a sequence number, and the
+writer puts a key's rows back in the order it wrote them, whatever the shuffles in between.
+"""
+import itertools
+import re
+import zlib
+
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+from .decode import PASS_ON, REPLICA
+from .discovery_query import DiscoveryProcessor
+from .notification_query import NotificationProcessor
+from . import RECORDS_PER_TASK
+from .pipeline import BatchWriter, _start, checkpoint_query_id
+from .replication_query import VERSIONS, ReplicationProcessor
+from ..operators.notification_input import DIRECTORY, ROW_FIELDS
+from ..wire.topics import TOPICS
+
+WATERMARK_DELAY = "10 seconds"
+RAW_SUMMARY = "~raw"                        # a reading task's counts and dead letters (decode.TaskSummary)
+SINK = "~sink|"                             # route_key prefix of sink rows in the second operator
+SINK_KEYS = 8                               # sink rows spread over this many keys of the second operator
+SINK_COLUMNS = ("origin", "seq", "table_name", "rows")
+SINK_DDL = "origin string, seq bigint, table_name string, rows binary"
+FIRST_COLUMNS = ("route_key", "event_time") + SINK_COLUMNS + ROW_FIELDS
+FIRST_DDL = ("route_key string, event_time timestamp, " + SINK_DDL + ", event_ms bigint, kind string, "
+             "topic string, partition int, offset bigint, body binary, message_id string, "
+             "sender_identifier_type string, authentication_level string, source_machine string, "
+             "destination_machine string, destination_queue string")
+_NO_INPUT = (None,) * len(ROW_FIELDS)
+# the queue manager a notification goes to: the GUID of a PRIVATE= format name (MQCN 1.9), else the
+# destination machine (as the four-query job's notification source keyed it)
+_PRIVATE_QUEUE = re.compile(r"^PRIVATE=\{?([0-9a-f-]{36})", re.IGNORECASE)
+
+
+def queue_manager_key(destination_queue: str | None, destination_machine: str | None) -> str | None:
+    match = _PRIVATE_QUEUE.match(destination_queue or "")
+    return match.group(1).lower() if match else destination_machine
+
+
+def sink_route(origin: str) -> str:
+    return f"{SINK}{zlib.crc32(origin.encode()) % SINK_KEYS}"
+
+
+class DirectoryProcessor(StatefulProcessor):
+    """The first operator: the replicas and the discovery requests, by operator_key prefix; the
+    MQCN records and the reading tasks' summaries pass on."""
+
+    def __init__(self, pec_name: str | None = None, id_scope: str = ""):
+        self.replicas = ReplicationProcessor(pec_name, id_scope)
+        self.requests = DiscoveryProcessor()
+
+    def init(self, handle) -> None:
+        self.replicas.init(handle)          # each registers its own state variables on the one handle
+        self.requests.init(handle)
+        self.seq = itertools.count()        # this task's sink rows, in the order they were written
+
+    def handleInputRows(self, key, rows, timerValues):
+        origin = key[0]
+        if origin.startswith(PASS_ON):
+            yield from self._pass_on(origin, rows)
+            return
+        inner = self.replicas if origin.startswith(REPLICA) else self.requests
+        for out in inner.handleInputRows((origin[2:],), rows, timerValues):
+            yield self._frame(origin, out)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        origin = key[0]
+        inner = self.replicas if origin.startswith(REPLICA) else self.requests
+        for out in inner.handleExpiredTimer((origin[2:],), timerValues, expiredTimerInfo):
+            yield self._frame(origin, out)
+
+    def _frame(self, origin: str, out: pd.DataFrame) -> pd.DataFrame:
+        """An inner operator's frame (typed chunks, and a replica's versions) as the first operator's rows."""
+        versions = out["table_name"] == VERSIONS if "owner" in out.columns else None
+        rows = self._sink_rows(origin, out[~versions] if versions is not None else out)
+        if versions is not None and versions.any():
+            found = out[versions]
+            rows += [(owner, None, None, None, None, None, int(ms), DIRECTORY, None, None, None, text.encode(),
+                      None, None, None, None, None, None)
+                     for owner, ms, text in zip(found["owner"].tolist(), found["event_ms"].tolist(),
+                                                found["text"].tolist())]
+        return pd.DataFrame(rows, columns=list(FIRST_COLUMNS), dtype=object)
+
+    def _sink_rows(self, origin: str, frame) -> list[tuple]:
+        route = sink_route(origin)
+        return [(route, None, origin, next(self.seq), table, data) + _NO_INPUT
+                for table, data in zip(frame["table_name"].tolist(), frame["rows"].tolist())]
+
+    def _pass_on(self, origin: str, frames):
+        for frame in frames:
+            summary = frame["summary"].notna()
+            rows = self._sink_rows(origin, pd.DataFrame({"table_name": RAW_SUMMARY, "rows": frame["summary"][summary]}))
+            records = frame[~summary]
+            rows += [(queue_manager_key(queue, machine), None, None, None, None, None, int(ms), "mqcn", topic,
+                      int(partition), int(offset), body, message_id, sender_type, level, source, machine, queue)
+                     for ms, topic, partition, offset, body, message_id, sender_type, level, source, machine, queue
+                     in zip(*(records[c].tolist() for c in (
+                         "arrival_ms", "topic", "partition", "offset", "body", "message_id", "sender_identifier_type",
+                         "authentication_level", "source_machine", "destination_machine", "destination_queue")))]
+            if rows:
+                yield pd.DataFrame(rows, columns=list(FIRST_COLUMNS), dtype=object)
+
+    def close(self) -> None:
+        pass
+
+
+class QueueManagerProcessor(StatefulProcessor):
+    """The second operator: the MQCN queue managers; the sink rows pass on."""
+
+    def __init__(self, settings):
+        self.queue_managers = NotificationProcessor(settings)
+
+    def init(self, handle) -> None:
+        self.queue_managers.init(handle)
+        self.seq = itertools.count()
+
+    def handleInputRows(self, key, rows, timerValues):
+        if key[0].startswith(SINK):
+            for frame in rows:
+                yield frame[list(SINK_COLUMNS)]
+            return
+        for out in self.queue_managers.handleInputRows(key, rows, timerValues):
+            yield self._stamped(key[0], out)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        for out in self.queue_managers.handleExpiredTimer(key, timerValues, expiredTimerInfo):
+            yield self._stamped(key[0], out)
+
+    def _stamped(self, key: str, frame) -> pd.DataFrame:
+        return pd.DataFrame({"origin": "Q|" + key, "seq": [next(self.seq) for _ in range(len(frame))],
+                             "table_name": frame["table_name"].tolist(), "rows": frame["rows"].tolist()})
+
+    def close(self) -> None:
+        pass
+
+
+def job_stream(spark, opts: dict, settings, pec_name: str | None = None, id_scope: str = ""):
+    """opts: the source over the three raw topics."""
+    from pyspark.sql import functions as F
+
+    from .kafka_source import decoded_stream
+    first = (decoded_stream(spark, opts, "job")
+             .withColumn("arrival_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
+             .withWatermark("arrival_time", WATERMARK_DELAY)
+             .groupBy("operator_key")
+             .transformWithStateInPandas(DirectoryProcessor(pec_name, id_scope), FIRST_DDL, "Append", "EventTime",
+                                         eventTimeColumnName="event_time"))
+    return (first.groupBy("route_key")
+            .transformWithStateInPandas(QueueManagerProcessor(settings), SINK_DDL, "Append", "EventTime"))
+
+
+def start_job_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, settings, once: bool = False,
+                    trigger: str = "2s", echo=print, pec_name: str | None = None, outbound_topic: str | None = None,
+                    kafka_conf: dict | None = None, records_per_task: int | None = RECORDS_PER_TASK, observer=None):
+    """The job: one query over the raw topics, the protocol operators in its plan
+    (streaming.spark.job_query); what the replicas send goes to outbound_messages and, if
+    outbound_topic is set, to Kafka."""
+    opts = {k: v for k, v in source_opts.items() if k != "topicPattern"}
+    opts["topics"] = ",".join(TOPICS.values())
+    if records_per_task:
+        opts["maxRecordsPerPartition"] = str(records_per_task)
+    query_id = checkpoint_query_id(checkpoint)
+    outbound = {"topic": outbound_topic, "kafka": kafka_conf or {}} if outbound_topic else None
+    writer = JobWriter(sink_url, opts, query_id, opts.get("dataLossLog"), echo, outbound)
+    writer.sink  # open (and create tables) before starting, so a bad URL fails fast
+    return _start(job_stream(spark, opts, settings, pec_name, query_id), "dirstream", checkpoint, writer, once,
+                  trigger, observer)
+
+
+class JobWriter(BatchWriter):
+    """foreachBatch of the one query: the reading tasks' counts and dead letters become the raw
+    tables, the operators' typed chunks their tables, all in one transaction with the batch's
+    progress; then the batch's outbound messages go to Kafka (at least once, as before)."""
+
+    def __init__(self, sink_url: str, source_opts: dict, query_id: str, data_loss_log: str | None = None,
+                 echo=print, outbound: dict | None = None):
+        super().__init__(sink_url, source_opts, query_id, data_loss_log, echo)
+        self.outbound = outbound
+        self._publisher = None
+
+    def collect(self, df, batch_id: int) -> dict:
+        import pyarrow as pa
+        from ..sinks.typed import TypedRows, record_batch, unpack
+        by_table = ordered_chunks(df.toArrow())
+        summaries = [b for chunk in by_table.pop(RAW_SUMMARY, []) for b in unpack(chunk)]
+        tables = self.summary_tables(pa.Table.from_batches(summaries) if summaries else None, batch_id)
+        raw_dead = tables.pop("dead_letters")
+        for name, chunks in by_table.items():
+            tables[name] = TypedRows(name, chunks)
+        if raw_dead:
+            tables["dead_letters"] = TypedRows("dead_letters", [record_batch("dead_letters", raw_dead)]
+                                               + by_table.get("dead_letters", []))
+        return tables
+
+    def after_write(self, rows: dict) -> None:
+        if self.outbound and rows.get("outbound_messages"):
+            from .replication_query import OutboundPublisher, outbound_records
+            if self._publisher is None:
+                self._publisher = OutboundPublisher(self.outbound["kafka"])
+            self._publisher.publish(self.outbound["topic"], outbound_records(rows["outbound_messages"]))
+
+
+def ordered_chunks(table) -> dict[str, list]:
+    """The second operator's output (origin, seq, table_name, rows) as each table's IPC chunks, every
+    key's in the order it wrote them (zero-copy views of Spark's Arrow buffers)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if table.num_rows == 0:
+        return {}
+    order = pc.sort_indices(table.select(["origin", "seq"]),
+                            sort_keys=[("origin", "ascending"), ("seq", "ascending")]).to_pylist()
+    names = table.column("table_name").to_pylist()
+    at = [(chunk, i) for chunk in table.column("rows").chunks for i in range(len(chunk))]
+    out: dict[str, list] = {}
+    for i in order:
+        chunk, j = at[i]
+        out.setdefault(names[i], []).append(chunk[j].as_buffer())
+    return out
