@@ -105,11 +105,13 @@ def publish(bootstrap: str, items: list) -> None:
 
 
 def run_once(spark, bootstrap: str, sink: str, checkpoint: str) -> float:
-    from streaming.spark.pipeline import source_options, start_replication_query
-    opts = source_options(bootstrap, topics=[TOPICS["mqdsrp"]], max_records=1_000_000)
+    from streaming.operators.notifications import Settings
+    from streaming.spark.job_query import start_job_query
+    from streaming.spark.pipeline import source_options
+    opts = source_options(bootstrap, max_records=1_000_000)     # the job's one query; only MQDSRP is published
     start = time.perf_counter()
-    q = start_replication_query(spark, sink_url=sink, checkpoint=checkpoint, source_opts=opts, once=True,
-                                echo=lambda line: None, pec_name="pec0")
+    q = start_job_query(spark, sink_url=sink, checkpoint=checkpoint, source_opts=opts, once=True,
+                        echo=lambda line: None, pec_name="pec0", settings=Settings(), outbound_topic=None)
     q.awaitTermination()
     if q.exception():
         raise RuntimeError(q.exception())
