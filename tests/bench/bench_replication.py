@@ -149,7 +149,7 @@ def main() -> None:
     from streaming.spark.pipeline import build_spark
     spark = build_spark("local[2]", conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g"})
     try:
-        ensure_topics(KafkaSettings(broker.bootstrap), {TOPICS["mqdsrp"]: 2})
+        ensure_topics(KafkaSettings(broker.bootstrap), {**{t: 1 for t in TOPICS.values()}, TOPICS["mqdsrp"]: 2})
         w = Workload(args.servers, args.per_message)
         sink, ckpt = f"sqlite:///{work}/sink.db", str(work / "checkpoint")
         publish(broker.bootstrap, w.site() + w.creates(per_server))
