@@ -120,6 +120,8 @@ class OperatorProgress(JsonProgressListener):
                 self._sink = open_sink(self.sink_url)
             row = operator_progress_row(p, query_id)
             row["query_name"] = self.labels.get(p.name, p.name)
+            if p.name in self.labels:       # the query's own row holds its offsets: unread counted once
+                row["end_offsets"] = {}
             # its own exactly-once marker: the writer's (query id, batch id) marks the batch's tables
             self._sink.write_batch(f"{query_id}/progress", row["batch_id"], {"pipeline_progress": [row]})
             if self.observer is not None:
