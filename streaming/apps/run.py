@@ -36,7 +36,7 @@ def register(sub, add_kafka_arguments) -> None:
     run.add_argument("--max-records", type=int, default=200_000,
                      help="records of the raw topics per micro-batch at most (default 200,000)")
     run.add_argument("--records-per-task", type=int, default=RECORDS_PER_TASK,
-                     help="the raw query reads a Kafka partition's range in Spark tasks of at most this many records "
+                     help="the job reads a Kafka partition's range in Spark tasks of at most this many records "
                           f"(default {RECORDS_PER_TASK:,}; 0: one task per Kafka partition)")
     run.add_argument("--starting-offsets", default="earliest",
                      help='earliest, latest, or JSON {"topic": {"0": 42}} (first run only)')

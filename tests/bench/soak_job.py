@@ -5,7 +5,7 @@ One run, on a fresh embedded Apache Kafka broker, producer, broker and job on th
 1. **Steady** (`--minutes`, 60): `dirstream produce simulate --rate R --respond` publishes the simulator's
    traffic with every fault type on and plays the object authorities (it answers the job's sync and
    change requests as the authorities hold their objects then), while the whole job runs (`dirstream
-   run`, all four queries, 2 s trigger, `--max-records`). The broker is stopped and started again on
+   run`, its one query, 2 s trigger, `--max-records`). The broker is stopped and started again on
    its own log directories once (`--broker-restart-at`).
 2. **Catch-up** (`--stop-minutes`, 10): the job is stopped (Ctrl-C) with the traffic still running,
    started again from its checkpoint, and must be back within the lag bound within
