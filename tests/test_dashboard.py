@@ -137,7 +137,7 @@ def test_every_page_shows_the_sink(broker, tmp_path, browser):
     while True:                                       # until the operators have caught up with the truth
         assert proc.poll() is None, output(proc)[-5000:]
         done = dirstream("verify", "--truth", str(truth_file), "--sink", url) \
-            if "notifications batch" in output(proc) else None
+            if "batch 0:" in output(proc) else None
         if done is not None and done.returncode == 0:
             break
         assert time.monotonic() < deadline, done.stdout[-3000:] if done else output(proc)[-3000:]
