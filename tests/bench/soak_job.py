@@ -616,7 +616,7 @@ class Soak:
                                 "MAX(input_rows) AS n FROM pipeline_progress GROUP BY COALESCE(query_name, 'dirstream')")
         finally:
             reader.conn.close()
-        return {r["q"]: int(r["n"] or 0) for r in rows}
+        return {r["q"]: int(r["n"] or 0) for r in rows if r["q"] in QUERIES}     # records read, not operator rows
 
     # --------------------------------------------------------------------------- report
     def save(self) -> None:
