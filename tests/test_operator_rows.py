@@ -216,7 +216,7 @@ def test_the_one_querys_writer_puts_every_keys_rows_back_in_the_order_it_wrote_t
     """The job's sink rows cross two shuffles (streaming.spark.job_query): whatever order Spark hands
     them over in, each key's rows of a table come out in the order that key wrote them, as chunks
     of the same bytes."""
-    from streaming.spark.job_query import ordered_chunks
+    from streaming.spark.job_query import key_order
     for seed in range(10):
         rng = random.Random(seed)
         written = []                            # (origin, seq, table, chunk) in each key's order
@@ -234,7 +234,7 @@ def test_the_one_querys_writer_puts_every_keys_rows_back_in_the_order_it_wrote_t
                                            schema=pa.schema([("origin", pa.string()), ("seq", pa.int64()),
                                                              ("table_name", pa.string()), ("rows", pa.binary())]))
                                   for part in (handed[:cut], handed[cut:])])
-        got = ordered_chunks(table)
+        got = batch_rows(table, key_order(table))
         for name in {w[2] for w in written}:
             expected = [w[3] for w in sorted(written, key=lambda w: (w[0], w[1])) if w[2] == name]
-            assert [bytes(b) for b in got[name]] == expected
+            assert [bytes(b) for b in got[name].chunks] == expected

@@ -37,6 +37,7 @@ from .discovery_query import DiscoveryProcessor
 from .notification_query import NotificationProcessor
 from . import RECORDS_PER_TASK
 from .pipeline import BatchWriter, _start, checkpoint_query_id
+from .stateful import batch_rows
 from .replication_query import VERSIONS, ReplicationProcessor
 from ..operators.notification_input import DIRECTORY, ROW_FIELDS
 from ..wire.topics import TOPICS
@@ -98,7 +99,8 @@ class DirectoryProcessor(StatefulProcessor):
     def _frame(self, origin: str, out: pd.DataFrame) -> pd.DataFrame:
         """An inner operator's frame (typed chunks, and a replica's versions) as the first operator's rows."""
         versions = out["table_name"] == VERSIONS if "owner" in out.columns else None
-        rows = self._sink_rows(origin, out[~versions] if versions is not None else out)
+        sink = out[~versions] if versions is not None else out
+        rows = self._sink_rows(origin, sink["table_name"].tolist(), sink["rows"].tolist())
         if versions is not None and versions.any():
             found = out[versions]
             rows += [(owner, None, None, None, None, None, int(ms), DIRECTORY, None, None, None, text.encode(),
@@ -107,15 +109,15 @@ class DirectoryProcessor(StatefulProcessor):
                                                 found["text"].tolist())]
         return pd.DataFrame(rows, columns=list(FIRST_COLUMNS), dtype=object)
 
-    def _sink_rows(self, origin: str, frame) -> list[tuple]:
+    def _sink_rows(self, origin: str, tables: list, chunks: list) -> list[tuple]:
         route = sink_route(origin)
-        return [(route, None, origin, next(self.seq), table, data) + _NO_INPUT
-                for table, data in zip(frame["table_name"].tolist(), frame["rows"].tolist())]
+        return [(route, None, origin, next(self.seq), table, data) + _NO_INPUT for table, data in zip(tables, chunks)]
 
     def _pass_on(self, origin: str, frames):
         for frame in frames:
             summary = frame["summary"].notna()
-            rows = self._sink_rows(origin, pd.DataFrame({"table_name": RAW_SUMMARY, "rows": frame["summary"][summary]}))
+            counted = frame["summary"][summary].tolist()
+            rows = self._sink_rows(origin, [RAW_SUMMARY] * len(counted), counted)
             records = frame[~summary]
             rows += [(queue_manager_key(queue, machine), None, None, None, None, None, int(ms), "mqcn", topic,
                       int(partition), int(offset), body, message_id, sender_type, level, source, machine, queue)
@@ -206,16 +208,17 @@ class JobWriter(BatchWriter):
 
     def collect(self, df, batch_id: int) -> dict:
         import pyarrow as pa
-        from ..sinks.typed import TypedRows, record_batch, unpack
-        by_table = ordered_chunks(df.toArrow())
-        summaries = [b for chunk in by_table.pop(RAW_SUMMARY, []) for b in unpack(chunk)]
-        tables = self.summary_tables(pa.Table.from_batches(summaries) if summaries else None, batch_id)
+        from ..sinks.typed import TypedRows, record_batch
+        output = df.toArrow()
+        by_table = batch_rows(output, key_order(output))
+        counted = by_table.pop(RAW_SUMMARY, None)
+        tables = self.summary_tables(pa.Table.from_batches(list(counted.batches())) if counted else None, batch_id)
         raw_dead = tables.pop("dead_letters")
-        for name, chunks in by_table.items():
-            tables[name] = TypedRows(name, chunks)
+        tables.update(by_table)
         if raw_dead:
-            tables["dead_letters"] = TypedRows("dead_letters", [record_batch("dead_letters", raw_dead)]
-                                               + by_table.get("dead_letters", []))
+            operators_dead = by_table["dead_letters"].chunks if "dead_letters" in by_table else []
+            tables["dead_letters"] = TypedRows("dead_letters",
+                                               [record_batch("dead_letters", raw_dead)] + operators_dead)
         return tables
 
     def after_write(self, rows: dict) -> None:
@@ -226,19 +229,9 @@ class JobWriter(BatchWriter):
             self._publisher.publish(self.outbound["topic"], outbound_records(rows["outbound_messages"]))
 
 
-def ordered_chunks(table) -> dict[str, list]:
-    """The second operator's output (origin, seq, table_name, rows) as each table's IPC chunks, every
-    key's in the order it wrote them (zero-copy views of Spark's Arrow buffers)."""
-    import pyarrow as pa
+def key_order(table) -> list[int]:
+    """Positions of the second operator's output rows (origin, seq, ...) sorted by key and then by
+    the order that key wrote them in, whatever the shuffles did."""
     import pyarrow.compute as pc
-    if table.num_rows == 0:
-        return {}
-    order = pc.sort_indices(table.select(["origin", "seq"]),
-                            sort_keys=[("origin", "ascending"), ("seq", "ascending")]).to_pylist()
-    names = table.column("table_name").to_pylist()
-    at = [(chunk, i) for chunk in table.column("rows").chunks for i in range(len(chunk))]
-    out: dict[str, list] = {}
-    for i in order:
-        chunk, j = at[i]
-        out.setdefault(names[i], []).append(chunk[j].as_buffer())
-    return out
+    return pc.sort_indices(table.select(["origin", "seq"]),
+                           sort_keys=[("origin", "ascending"), ("seq", "ascending")]).to_pylist()

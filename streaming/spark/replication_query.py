@@ -17,7 +17,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from .stateful import (ARRIVAL_ORDER, GuardedSteps, dead_letter, raise_if_poison, replace_timers,
-                       timer_dead_letter, typed_frame)
+                       timer_dead_letter, typed_chunks, typed_frame)
 from ..operators.findings import evidence
 from ..operators.notification_rows import FirstArrivals
 from ..operators.replica_store import ObjectStore
@@ -131,10 +131,7 @@ def step_frame(sink: list, versions: list) -> pd.DataFrame:
     """A step's output: its sink rows as typed chunks (table_name, rows: stateful.typed_frame;
     directory_history's properties come as their JSON text already), then its directory versions
     for the queue managers (table_name object_versions; owner, event_ms, text: VersionRecord's)."""
-    rows = []
-    if sink:
-        chunks = typed_frame(sink, rendered={"directory_history": ("properties",)})
-        rows = [(t, r, None, None, None) for t, r in zip(chunks["table_name"].tolist(), chunks["rows"].tolist())]
+    rows = [(t, r, None, None, None) for t, r in typed_chunks(sink, rendered={"directory_history": ("properties",)})]
     rows += [(VERSIONS, None, v.owner, v.event_ms, v.text) for v in versions]
     return pd.DataFrame(rows, columns=["table_name", "rows", *VERSION_COLUMNS], dtype=object)
 

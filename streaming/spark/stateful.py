@@ -4,7 +4,6 @@ handle from failing the micro-batch."""
 import os
 from datetime import datetime, timezone
 
-OUTPUT_DDL = "table_name string, rows binary"
 # Test-only: message ids that make every operator raise while handling them (a poison message).
 POISON_IDS = frozenset(filter(None, os.environ.get("DIRSTREAM_TEST_POISON_IDS", "").split(",")))
 
@@ -165,6 +164,12 @@ def typed_frame(rows: list[tuple[str, dict]], chunk_rows: int = CHUNK_ROWS, rend
     operator writes about 30 rows per MQDSRP message). rendered: {table: json columns whose values
     are already their sink JSON text}."""
     import pandas as pd
+    return pd.DataFrame(typed_chunks(rows, chunk_rows, rendered), columns=["table_name", "rows"])
+
+
+def typed_chunks(rows: list[tuple[str, dict]], chunk_rows: int = CHUNK_ROWS,
+                 rendered: dict | None = None) -> list[tuple[str, bytes]]:
+    """typed_frame's (table_name, IPC chunk) pairs, as a list."""
     from ..sinks.typed import JsonText
     by_table: dict[str, list] = {}
     for table, row in rows:
@@ -176,8 +181,7 @@ def typed_frame(rows: list[tuple[str, dict]], chunk_rows: int = CHUNK_ROWS, rend
                     row[c] = JsonText(row[c])
     chunks = [(table, items[i:i + chunk_rows]) for table, items in by_table.items()
               for i in range(0, len(items), chunk_rows)]
-    return pd.DataFrame([packed for table, items in chunks for packed in _packed(table, items)],
-                        columns=["table_name", "rows"])
+    return [packed for table, items in chunks for packed in _packed(table, items)]
 
 
 def _packed(table: str, rows: list[dict]) -> list[tuple[str, bytes]]:
@@ -210,14 +214,14 @@ def _unfit_row(table: str, row: dict, exc: Exception) -> dict:
             "recorded_at": datetime.now(timezone.utc).isoformat()}
 
 
-def batch_rows(table) -> dict:
+def batch_rows(table, order: list[int] | None = None) -> dict:
     """An operator's output (an Arrow table of table_name, rows) by table, in the order the operator
-    wrote them: TypedRows over the IPC chunks, decoded (zero-copy) as the sink reads them, so a
-    micro-batch's output is held once, as Spark handed it over."""
+    wrote them (or in `order`, positions of the table's rows): TypedRows over the IPC chunks, decoded
+    (zero-copy) as the sink reads them, so a micro-batch's output is held once, as Spark handed it over."""
     from ..sinks.typed import TypedRows
     names = table.column("table_name").to_pylist()
-    buffers = (chunk[i].as_buffer() for chunk in table.column("rows").chunks for i in range(len(chunk)))
+    buffers = [chunk[i].as_buffer() for chunk in table.column("rows").chunks for i in range(len(chunk))]
     out: dict[str, list] = {}
-    for name, buffer in zip(names, buffers):
-        out.setdefault(name, []).append(buffer)
+    for i in (range(len(names)) if order is None else order):
+        out.setdefault(names[i], []).append(buffers[i])
     return {name: TypedRows(name, chunks) for name, chunks in out.items()}
