@@ -115,3 +115,36 @@ def test_the_replication_operators_steps_change_no_row_version_or_state(tmp_path
         assert runs[step][0] == whole[0], f"step {step}: the sink tables differ"
         assert runs[step][1] == whole[1], f"step {step}: the published versions differ"
         assert runs[step][2:] == whole[2:], f"step {step}: the stored state differs"
+
+
+class TimerHandle:
+    """The timer calls of a StatefulProcessorHandle, counted."""
+
+    def __init__(self, timers):
+        self.timers, self.calls = set(timers), 0
+
+    def listTimers(self):
+        self.calls += 1
+        return iter(sorted(self.timers))
+
+    def deleteTimer(self, t):
+        self.calls += 1
+        self.timers.remove(t)
+
+    def registerTimer(self, t):
+        self.calls += 1
+        self.timers.add(t)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_a_key_keeps_exactly_its_next_timer_and_an_unchanged_one_costs_one_call(seed):
+    rnd = random.Random(seed)
+    before = set(rnd.sample(range(10), rnd.randrange(0, 3)))
+    due = rnd.choice([None, *range(10)])
+    fired = rnd.choice([None, *before]) if before else None
+    handle = TimerHandle(before)
+    stateful.replace_timers(handle, due, fired)
+    assert handle.timers - {fired, due} == set()                   # nothing else (Spark removes the fired one)
+    assert due is None or due in handle.timers
+    if due is not None and before - {fired} == {due}:
+        assert handle.calls == 1                                           # listed, left alone
