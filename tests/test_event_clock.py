@@ -45,9 +45,10 @@ def test_a_capped_plan_ends_every_partition_at_one_event_time(broker):
     reader = KafkaStreamReader({**source_options(broker), "decode": "job"})
     try:
         assert _plan(reader, {}, ReadAllAvailable()) == {t: len(times) for t, times in ARRIVALS.items()}
-        # 12 of 34 records: in proportion (about 3, 7 and 1), then every partition stops at the time
-        # the earliest capped share reaches (the discovery topic's one record: 1,000 ms)
-        assert _plan(reader, {}, ReadMaxRows(12)) == {DSRP: 2, CN: 3, SD: 1}
+        # 12 of 34 records: in proportion (about 3, 7 and 1), reaching 2,000, 3,000 and 1,000 ms; every
+        # partition stops at the latest of these times within the cap: 2,000 ms (9 records; 3,000 ms
+        # would read 13)
+        assert _plan(reader, {}, ReadMaxRows(12)) == {DSRP: 3, CN: 5, SD: 1}
     finally:
         reader.stop()
 
@@ -78,6 +79,22 @@ def test_every_capped_plan_stays_within_max_records_and_no_partition_runs_ahead(
                                                        {(t, 0): len(v) for t, v in ARRIVALS.items()}, cap).items()}
             assert aligned or plan == proportional, (begin, cap, plan)
             misaligned += not aligned
+            if aligned:
+                assert sum(plan[t] - begin[t] for t in ARRIVALS) == _fullest(begin, proportional, cap)
     finally:
         reader.stop()
     assert misaligned < 15
+
+
+def _fullest(begin: dict, shares: dict, cap: int) -> int:
+    """The records a batch takes when every partition ends at one of the times the capped shares
+    reach: the latest time within the cap (the earliest if none is)."""
+    reached = [ARRIVALS[t][shares[t] - 1] if shares[t] > begin[t] else ARRIVALS[t][begin[t]] - 1
+               for t in ARRIVALS if shares[t] < len(ARRIVALS[t])]
+
+    def taken(until: int) -> int:
+        return sum(sum(1 for ms in ARRIVALS[t][begin[t]:] if ms <= until) for t in ARRIVALS)
+    if not reached:
+        return sum(len(ARRIVALS[t]) - begin[t] for t in ARRIVALS)        # the whole backlog fits
+    within = [taken(u) for u in reached if taken(u) <= cap]
+    return max(within) if within else taken(min(reached))

@@ -2,8 +2,8 @@
 
 Spark's watermark is the maximum event time seen, less the delay, over all the partitions a
 micro-batch reads: a partition read far behind the others would have its rows dropped as late. So
-when admission control caps a batch, the source ends every partition at the earliest arrival time a
-capped partition's share reaches (aligned_cap).
+when admission control caps a batch, the source ends every partition at one arrival time: the latest
+a capped partition's share reaches at which the batch stays within the cap (aligned_cap).
 
 Within a partition records are taken to arrive in event-time order (the producers publish in
 arrival order), so the end of a partition at a time is found by binary search over its offsets,
@@ -18,6 +18,7 @@ from .kafka_offsets import READ_AHEAD
 
 log = logging.getLogger("dirstream.clock")
 FETCH_TIMEOUT_S = 10.0
+FETCHED_KEPT = 20_000               # records read along with the one asked for, kept at most
 
 
 class ArrivalIndex:
@@ -28,6 +29,7 @@ class ArrivalIndex:
         self.conf = conf
         self._consumer: Consumer | None = None
         self._arrivals: dict[tuple[str, int, int], int | None] = {}
+        self._fetched: dict[tuple[str, int, int], bytes | None] = {}    # read along, not decoded yet
 
     @property
     def consumer(self) -> Consumer:
@@ -65,7 +67,7 @@ class ArrivalIndex:
         if key not in self._arrivals:
             if len(self._arrivals) > 100_000:
                 self._arrivals.clear()
-            value = self.value_at(tp, offset)
+            value = self._fetched.pop(key) if key in self._fetched else self.value_at(tp, offset)
             try:
                 self._arrivals[key] = millis(decode_envelope(value)["arrival_time"]) if value else None
             except EnvelopeError:
@@ -73,27 +75,55 @@ class ArrivalIndex:
         return self._arrivals[key]
 
     def value_at(self, tp: tuple[str, int], offset: int) -> bytes | None:
+        """The record's value. A read costs tens of milliseconds (assigning the partition, then the
+        fetch), and the fetch brings the records after it too: those are kept, undecoded, for the
+        binary search's later steps, which come ever closer."""
         self.consumer.assign([TopicPartition(tp[0], tp[1], offset)])
         for _ in range(int(FETCH_TIMEOUT_S / 0.5)):
             msg = self.consumer.poll(0.5)
             if msg is None or msg.error() is not None:
                 continue
             if msg.offset() >= offset:
+                self._keep_fetched(tp)
                 return msg.value() if msg.offset() == offset else None
         return None
 
+    def _keep_fetched(self, tp: tuple[str, int]) -> None:
+        if len(self._fetched) > FETCHED_KEPT:
+            self._fetched.clear()
+        for msg in self.consumer.consume(FETCHED_KEPT, 0):
+            if msg.error() is None and (msg.topic(), msg.partition()) == tp:
+                self._fetched[(tp[0], tp[1], msg.offset())] = msg.value()
 
-def aligned_cap(index: ArrivalIndex, begin: dict, ends: dict, shares: dict) -> dict:
+
+def aligned_cap(index: ArrivalIndex, begin: dict, ends: dict, shares: dict, max_rows: int) -> dict:
     """Admission control at one common event time: `shares` caps each partition's range (in
-    proportion to its backlog); the micro-batch instead ends every partition at the earliest time a
-    capped partition's share reaches, so no partition runs ahead of another in event time (Spark's
-    watermark is the maximum over all of them: a partition behind it would have its rows dropped)."""
+    proportion to its backlog); the micro-batch instead ends every partition at one time, so no
+    partition runs ahead of another in event time (Spark's watermark is the maximum over all of
+    them: a partition behind it would have its rows dropped). The time is the latest of the times
+    the capped shares reach at which the whole batch stays within max_rows: the earliest of them
+    always does, but cut there a batch took about a quarter of max_rows (partitions differ in how
+    much time a share covers), and every micro-batch has a fixed price."""
     capped = [tp for tp in ends if shares[tp] < ends[tp]]
     if not capped:
         return ends
-    until = min(_reached_ms(index, tp, begin[tp], shares[tp]) for tp in capped)
-    aligned = {tp: index.release_end(tp, begin[tp], ends[tp], until) for tp in ends}
-    return aligned if any(aligned[tp] > begin[tp] for tp in ends) else shares
+    reached = sorted({_reached_ms(index, tp, begin[tp], shares[tp]) for tp in capped})
+    # a partition asked for more than max_rows records makes the batch too big whatever the others:
+    # each binary search stops there
+    bound = {tp: min(ends[tp], begin[tp] + max_rows + 1) for tp in ends}
+
+    def released(until: int) -> dict:
+        return {tp: index.release_end(tp, begin[tp], bound[tp], until) for tp in ends}
+
+    best, lo, hi = released(reached[0]), 1, len(reached) - 1
+    while lo <= hi:                             # the batch grows with the time: binary search
+        mid = (lo + hi) // 2
+        candidate = released(reached[mid])
+        if sum(candidate[tp] - begin[tp] for tp in ends) <= max_rows:
+            best, lo = candidate, mid + 1
+        else:
+            hi = mid - 1
+    return best if any(best[tp] > begin[tp] for tp in ends) else shares
 
 
 def _reached_ms(index: ArrivalIndex, tp: tuple[str, int], begin: int, share: int) -> int:

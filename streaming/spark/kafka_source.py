@@ -196,7 +196,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         shares = {tp: end for tp, end in _cap(begin, ends, max_rows).items() if tp in ends}
         if self.align_by_time:
             from .event_clock import aligned_cap
-            shares = aligned_cap(self.arrivals, begin, ends, shares)
+            shares = aligned_cap(self.arrivals, begin, ends, shares, max_rows)
         return shares
 
     def partitions(self, start: dict, end: dict):
