@@ -142,12 +142,14 @@ def _kind(pid: int, root: int) -> str:
         return "other"
     if "java" in cmd.split(" ", 1)[0]:
         return "JVM"
+    if "spark-submit" in cmd or "spark-class" in cmd:
+        return "other"                  # the launcher script, about to exec the JVM
     return "Python workers" if "python" in cmd else "other"
 
 
 def _tree_stats(root: int, kinds: dict[int, str]) -> tuple[dict[int, int], dict[int, tuple[str, float]]]:
     """Resident memory of each process of the tree, and (kind, CPU seconds) per process; a process keeps the kind
-    it was first given (its command line is read once: a process that exits between the two reads
+    it was given when its command line can no longer tell (a process that exits between the two reads
     would otherwise turn into "other" with all its CPU)."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
@@ -168,7 +170,10 @@ def _tree_stats(root: int, kinds: dict[int, str]) -> tuple[dict[int, int], dict[
     while todo:
         pid = todo.pop()
         resident[pid] = proportional_memory(pid) or rss.get(pid, 0)
-        seen[pid] = (kinds.get(pid) or _kind(pid, root), cpu.get(pid, 0.0))
+        kind = _kind(pid, root)
+        # a process keeps its kind once known, but the launcher script the JVM execs from (its path names
+        # pyspark's python folder) is not known yet: read again until it is the JVM
+        seen[pid] = (kinds.get(pid) if kind == "other" and kinds.get(pid) else kind, cpu.get(pid, 0.0))
         todo += children.get(pid, [])
     return resident, seen
 
