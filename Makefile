@@ -49,6 +49,7 @@ bench: setup
 	$(BIN)/python tests/bench/bench_job.py
 	$(BIN)/python tests/bench/bench_replication.py
 	$(BIN)/python tests/bench/bench_whole_job.py
+	$(BIN)/python tests/bench/bench_batches.py
 
 # The whole job for 60 minutes at 2,000 msg/s on a fresh embedded Kafka (every fault type, the
 # authorities answering, the broker restarted at minute 20), then stopped for 10 minutes and caught
