@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DIRSTREAM = str(Path(sys.executable).parent / "dirstream")
-PAGES = ("pipeline", "replication", "directory", "notifications", "discovery")
+PAGES = ("pipeline", "replication", "directory", "notifications", "discovery", "security")
 
 
 def free_port() -> int:

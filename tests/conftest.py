@@ -1,10 +1,13 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC = ROOT.parent / "shared" / "spec"
+# the spec texts, kept beside the checkout (not part of the repository); DIRSTREAM_SPEC_DIR names
+# another folder
+SPEC = Path(os.environ["DIRSTREAM_SPEC_DIR"]) if os.environ.get("DIRSTREAM_SPEC_DIR") else ROOT.parent / "shared" / "spec"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 

@@ -119,9 +119,8 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path):
 
 
 def test_once_is_complete_and_converges_with_the_responder_in_three_runs(broker, tmp_path, pg_url):
-    """The issue's scenario: --once processes in one invocation what the replication query derives
-    for the notification query; with the responder answering between runs, verify is clean by the
-    third run at the latest. The traffic comes from a capture: simulated as MQQB
+    """--once processes in one invocation what the replicas derive for the queue managers; with the
+    responder answering between runs, verify is clean by the third run at the latest. The traffic comes from a capture: simulated as MQQB
     sessions with split, reordered and retransmitted TCP segments, replayed, then processed. The
     sink is PostgreSQL (the other job tests write SQLite)."""
     truth_file = _published_through_a_capture(broker, tmp_path, "--seed", "11", "--count", "800",

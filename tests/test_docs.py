@@ -1,7 +1,7 @@
 """The documentation stays true to the code: docs/tables.md documents every sink table and column
-(and nothing else), every relative link and repository path in README.md and docs/*.md resolves,
-and the example queries of the tables page run against an empty sink. Pure Python: no Spark, no
-Kafka."""
+(and nothing else), every relative link and repository path in README.md and docs/*.md resolves
+(a link's `#anchor` to a heading of its page), and the example queries of the tables page run
+against an empty sink. Pure Python: no Spark, no Kafka."""
 import re
 import sqlite3
 from pathlib import Path
@@ -13,8 +13,12 @@ from streaming.sinks import TABLES, open_sink
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES_PAGE = ROOT / "docs" / "tables.md"
-# an inline-code span that starts with one of these is taken for a path in the repository
-PATH_PREFIXES = ("streaming/", "producers/", "tests/", "infra/", "schemas/", "docs/")
+# a word of an inline-code span that starts with one of these is taken for a path in the repository
+PATH_PREFIXES = ("streaming/", "producers/", "tests/", "infra/", "schemas/", "docs/",
+                 "LICENSE", "Makefile", "pyproject.toml", "README.md")
+# paths the user's own runs create (`make run`, `make setup`): not in a checkout (.gitignore keeps
+# them out), so the docs may name them although they do not exist here
+CREATED_PATHS = ("var/", ".venv/")
 WILDCARDS = set("*?[]{}<>…|$")
 
 FENCE = re.compile(r"^(```|~~~)")
@@ -22,6 +26,9 @@ LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*(<[^>]*>|[^)\s]+)(?:\s+[
 REFERENCE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+LINK_TEXT = re.compile(r"!?\[((?:[^\[\]]|\[[^\[\]]*\])*)\]\([^)]*\)")
+HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
+HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=[\"']([^\"']+)[\"']", re.IGNORECASE)
 
 
 def prose_lines(text: str) -> list[tuple[int, str]]:
@@ -118,9 +125,38 @@ def test_the_column_types_in_the_tables_page_are_the_tables():
 
 
 # ------------------------------------------------------------------------ links and paths
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading's text: its rendered text (a link's text, no backticks) in
+    lower case, punctuation other than '-' and '_' dropped, each space a '-'."""
+    text = LINK_TEXT.sub(r"\1", heading)
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors of a markdown page: its headings' slugs (a repeated one as GitHub numbers it:
+    `name`, `name-1`, ...) and any `<a name=...>` or `<a id=...>`."""
+    found, seen = set(), {}
+    for _number, line in prose_lines(path.read_text()):
+        heading = HEADING.match(line)
+        if heading:
+            base = slug(heading.group(2))
+            found.add(f"{base}-{seen[base]}" if base in seen else base)
+            seen[base] = seen.get(base, 0) + 1
+        found.update(HTML_ANCHOR.findall(line))
+    return found
+
+
+def repository_paths(span: str) -> list[str]:
+    """The words of an inline-code span that name a path: each starts with one of PATH_PREFIXES
+    or CREATED_PATHS and holds no wildcard or placeholder (an option's `--name=value` is its value)."""
+    words = (w.rpartition("=")[2].strip("\"'(),;") for w in span.split())
+    return [w for w in words if w.startswith(PATH_PREFIXES + CREATED_PATHS) and not WILDCARDS & set(w)]
+
+
 def broken_references(path: Path) -> list[str]:
-    """Every relative link target (from the file's folder) and every inline-code repository path
-    (from the repository root) in a markdown file that does not exist, as `file:line: what`."""
+    """Every relative link target (from the file's folder), every link's anchor (a heading of the
+    page it points to) and every inline-code repository path (from the repository root) in a
+    markdown file that does not resolve, as `file:line: what`."""
     where = path.relative_to(ROOT)
     out = []
     for number, line in prose_lines(path.read_text()):
@@ -130,19 +166,28 @@ def broken_references(path: Path) -> list[str]:
             targets.append(ref.group(1))
         for target in targets:
             target = target.strip("<>").strip()
-            if not target or target.startswith("#") or SCHEME.match(target):
-                continue                                    # an anchor, or http(s):, mailto:, ...
-            file_part = unquote(target.split("#", 1)[0].split("?", 1)[0])
-            if not (path.parent / file_part).exists():
+            if not target or SCHEME.match(target):
+                continue                                    # http(s):, mailto:, ...
+            file_part, _, anchor = target.partition("#")
+            file_part = unquote(file_part.split("?", 1)[0])
+            page = path.parent / file_part if file_part else path
+            if not page.exists():
                 out.append(f"{where}:{number}: link ({target}) does not resolve")
+            elif anchor and page.suffix == ".md" and unquote(anchor) not in anchors(page):
+                out.append(f"{where}:{number}: link ({target}): no such heading in {page.relative_to(ROOT)}")
         for m in CODE_SPAN.finditer(line):
-            span = m.group(2).strip()
-            if not span.startswith(PATH_PREFIXES) or " " in span or WILDCARDS & set(span):
-                continue
-            file_part = span.split("::", 1)[0]              # a pytest node id names its file
-            if not (ROOT / file_part).exists():
-                out.append(f"{where}:{number}: path `{span}` does not exist")
+            for word in repository_paths(m.group(2)):
+                if word.startswith(CREATED_PATHS):
+                    continue
+                file_part = word.split("::", 1)[0]          # a pytest node id names its file
+                if not (ROOT / file_part).exists():
+                    out.append(f"{where}:{number}: path `{word}` does not exist")
     return out
+
+
+def test_the_paths_the_docs_may_name_without_a_file_are_not_the_repositorys():
+    ignored = {line.strip().lstrip("/") for line in (ROOT / ".gitignore").read_text().splitlines()}
+    assert set(CREATED_PATHS) <= ignored, f"not ignored by .gitignore: {set(CREATED_PATHS) - ignored}"
 
 
 def test_every_relative_link_and_path_in_the_docs_resolves():

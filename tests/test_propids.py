@@ -1,4 +1,4 @@
-"""The PROPID -> VT table agrees with ../shared/spec/propid_types.md row for row."""
+"""The PROPID -> VT table agrees with the spec's property-type table (propid_types.md) row for row."""
 import re
 
 from streaming.wire.propids import PROPIDS, propid

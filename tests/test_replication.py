@@ -1,5 +1,5 @@
 """The MQDSRP replica state machine, event by event, from MC-MQDSRP section 3 and the digest's
-readings of its defective places (shared/spec/digests/mqdsrp_digest.md)."""
+readings of its defective places (the MC-MQDSRP digest, mqdsrp_digest.md)."""
 import marshal
 
 import pytest

@@ -6,7 +6,7 @@ neighbour collections, the DeletedObjectCollection and the directory objects (in
 What the server would send (SyncRequest, PSCAck, BSCAck, change propagation to its BSCs,
 forwarded change requests and their replies) is collected in `out`.
 
-Section numbers below are the spec's; "digest" is shared/spec/digests/mqdsrp_digest.md. The
+Section numbers below are the spec's; "digest" is the MC-MQDSRP digest (mqdsrp_digest.md). The
 server observed here is passive: its own partition (the one it is the object authority of)
 changes by local administration, which is not on the wire; that partition is left to the
 authority (in tests, the authority responder) and is not replicated here.

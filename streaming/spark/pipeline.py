@@ -20,7 +20,7 @@ DRIVER_MEMORY = "4g"
 # heap past 128 KiB free; pyarrow allocates from malloc instead of its mimalloc pool, which keeps
 # freed pages. A backlog's micro-batches then raise a worker's memory only while they run.
 # Measured on a 200,000-message backlog in 20,000-record batches: the workers' peak 2,244 -> 1,595 MB,
-# their median 1,618 -> 1,318 MB, the same speed (docs/benchmarks.md, "The soak").
+# their median 1,618 -> 1,318 MB, the same speed (measured on the four-query job, 2026-11-25).
 PYTHON_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072",
                      "ARROW_DEFAULT_MEMORY_POOL": "system"}
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3                      # glibc's mallopt parameters (malloc.h)

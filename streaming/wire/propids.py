@@ -1,8 +1,9 @@
 """PROPID -> (name, VT type) for every directory-object property ([MS-MQMQ] 2.3).
 
 Values carry no type on the wire (MQCN 2.2.3, MQDSRP 2.2.4), so a receiver cannot parse a
-property value without this table. Generated from ../shared/spec/propid_types.md (94 PROPIDs,
-each confirmed against [MS-MQMQ] 2.3); tests/test_propids.py checks it against that file.
+property value without this table. Generated from the spec's property-type table
+(propid_types.md: 94 PROPIDs, each confirmed against [MS-MQMQ] 2.3); tests/test_propids.py
+checks it against that table.
 """
 from .propvariant import (
     VT_BLOB, VT_CLSID, VT_CLSID_VECTOR, VT_I2, VT_I4, VT_LPWSTR, VT_UI1, VT_UI2, VT_UI4,
