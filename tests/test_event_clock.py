@@ -96,5 +96,6 @@ def _fullest(begin: dict, shares: dict, cap: int) -> int:
         return sum(sum(1 for ms in ARRIVALS[t][begin[t]:] if ms <= until) for t in ARRIVALS)
     if not reached:
         return sum(len(ARRIVALS[t]) - begin[t] for t in ARRIVALS)        # the whole backlog fits
-    within = [taken(u) for u in reached if taken(u) <= cap]
-    return max(within) if within else taken(min(reached))
+    counts = [taken(u) for u in reached]                  # grows with the time
+    within = [n for n in counts if n <= cap]
+    return max(within) if within else min(counts)
