@@ -72,7 +72,7 @@ def run_on_a_terminal(args: list[str], timeout: float = 300) -> str:
             chunks.append(data)
         elif proc.poll() is not None:
             break
-    proc.wait(30)
+    proc.wait(300)
     os.close(primary)
     assert proc.returncode == 0, b"".join(chunks)[-3000:]
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "\n", b"".join(chunks).decode("utf-8", "replace"))

@@ -207,7 +207,7 @@ def test_ctrl_c_stops_a_job_with_a_backlog_after_the_batch_in_flight(broker, tmp
     try:
         _wait_for_rows(url, 500, timeout=600)
         job.send_signal(signal.SIGINT)
-        assert job.wait(60) == 0, _output(job)
+        assert job.wait(600) == 0, _output(job)
     finally:
         if job.poll() is None:
             job.kill()

@@ -84,7 +84,7 @@ def _run(args) -> int:
     import os
 
     from ..spark import topology
-    from ..spark.pipeline import build_spark, source_options
+    from ..spark.pipeline import build_spark, source_options, stop_spark
     from ..spark.kafka_offsets import SourceError
     from ..sinks import SinkError
 
@@ -129,7 +129,8 @@ def _run(args) -> int:
     from ..sinks import masked
     log.info("reading %s from %s; writing %s; checkpoint %s; master %s", opts.get("topics") or opts["topicPattern"],
              args.bootstrap, masked(args.sink), args.checkpoint, args.master)
-    spark = build_spark(args.master, conf=conf)
+    # the whole job's run writes the machine's class archive (a raw-only run would leave out the operators')
+    spark = build_spark(args.master, conf=conf, write_class_archive=operators)
     echo = lambda line: (log.info("%s", line), console.info(line))  # noqa: E731
     metrics = _serve_metrics(args, {"bootstrap.servers": args.bootstrap, **settings_options}, say)
     job = topology.JobSettings(
@@ -168,7 +169,7 @@ def _run(args) -> int:
     # stopped and every batch is committed: stop Spark and leave with our exit code.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        spark.stop()
+        stop_spark(spark, lambda text: print(f"dirstream run: {text}", file=out, flush=True))
     except Exception:
         pass
     logging.shutdown()

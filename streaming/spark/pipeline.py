@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from . import RECORDS_PER_TASK
+from .class_archive import ClassArchive
 from .decode import UNKNOWN
 from .kafka_offsets import EndOffsets
 from .kafka_source import client_conf, decoded_stream, register, source_options  # noqa: F401 (re-exported)
@@ -65,7 +66,11 @@ def default_shuffle_partitions(master: str) -> int:
     return 4
 
 
-def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf: dict | None = None):
+def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf: dict | None = None,
+                write_class_archive: bool = False):
+    """The Spark session. The driver JVM maps this machine's class archive when there is one; with
+    write_class_archive it writes one when there is none, installed by stop_spark (class_archive.py)."""
+    global _class_archive
     if (conf or {}).get("spark.pyspark.python"):
         # an in-process driver takes the Python workers' interpreter from PYSPARK_PYTHON only
         os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
@@ -74,6 +79,7 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")      # everything stays on loopback
     from pyspark.sql import SparkSession
+    _class_archive = ClassArchive.for_this_machine(write=write_class_archive)
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.shuffle.partitions", str(default_shuffle_partitions(master)))
                .config("spark.ui.enabled", "false")
@@ -92,7 +98,8 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
                .config("spark.driver.memory", DRIVER_MEMORY)
                # spark.driver.defaultJavaOptions given in conf replaces this (extraJavaOptions adds to it)
                .config("spark.driver.defaultJavaOptions",
-                       driver_java_options((conf or {}).get("spark.driver.memory", DRIVER_MEMORY))))
+                       driver_java_options((conf or {}).get("spark.driver.memory", DRIVER_MEMORY))
+                       + " " + _class_archive.java_options()))
     for key, value in PYTHON_WORKER_ENV.items():
         builder = builder.config(f"spark.executorEnv.{key}", value)
     for key, value in (conf or {}).items():
@@ -107,6 +114,19 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
         spark.sparkContext.addPyFile(str(write_code_archive(Path(tempfile.gettempdir()) / "msmq-dirstream")))
     register(spark)
     return spark
+
+
+_class_archive = ClassArchive(None, write=False)
+
+
+def stop_spark(spark, say=lambda text: None) -> None:
+    """Stops the session; if its JVM writes the machine's class archive, waits for that and installs it."""
+    from pyspark import SparkContext
+    spark.stop()
+    if _class_archive.pending is not None:
+        say("saving the driver JVM's class archive (once per machine and Spark version: later starts "
+            "are faster)")
+        _class_archive.install_after_exit(getattr(SparkContext._gateway, "proc", None))
 
 
 DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "protocol", "kafka_key", "message_id", "source_machine",
