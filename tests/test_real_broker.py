@@ -1,17 +1,15 @@
 """What only a real Apache Kafka broker can show: partitions added while the job runs, records deleted
-below the low watermark (DeleteRecords), the broker restarted on its log directories mid-stream and
-unreachable for 30 s, and a replay of one protocol on an empty broker."""
+below the low watermark (DeleteRecords), an unreachable broker, and a replay of one protocol on an
+empty broker. The broker restarted on its log directories mid-stream is the short soak's
+(test_soak.py): the job and the producer ride through it, and the tables equal a fresh --once."""
 import json
-import os
-import signal
-import subprocess
 import time
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from conftest import dirstream, resident_kb, simulate
+from conftest import dirstream, resident_kb
 from producers.kafka import KafkaSettings, ensure_topics
 from samples import mqcn_messages
 from streaming.wire.envelope import encode_envelope, make_envelope
@@ -98,100 +96,6 @@ def test_a_replay_of_one_protocol_runs_the_whole_job(broker, tmp_path):
     log = open(done.log_path).read()
     assert "raw topic(s) msmq.dsrp.raw, msmq.sd.raw did not exist" in log and "created them empty" in log
     assert sink_totals(url)["seen"] == {"mqcn": len(bodies)}
-
-
-# ---------------------------------------------------------------------------- broker restarts
-# Columns that say when a row was written, not what it holds, and outbound message ids (scoped by
-# the checkpoint's query id): left out when two runs' sinks are compared.
-_RUN_SPECIFIC = {"batch_id", "recorded_at", "committed_at", "updated_at", "message_id"}
-_COMPARED = ("dead_letters", "raw_messages_seen", "discovery_requests", "site_topology",
-             "discovery_unmatched_replies", "replication_partitions", "directory_objects", "deleted_objects",
-             "pending_changes", "directory_history")
-
-
-def _tables(url: str) -> dict:
-    s = open_sink(url)
-    try:
-        out = {}
-        for name in _COMPARED:
-            rows = s.query(f"SELECT * FROM {name}")
-            out[name] = sorted(json.dumps({k: str(v) for k, v in r.items() if k not in _RUN_SPECIFIC},
-                                          sort_keys=True) for r in rows)
-        out["rows"] = s.query("SELECT SUM(input_rows) AS n FROM pipeline_progress WHERE query_name = 'dirstream'")[0]["n"]
-        return out
-    finally:
-        s.close()
-
-
-def _straight_run(broker, tmp_path) -> dict:
-    url = f"sqlite:///{tmp_path}/straight.db"
-    done = _job(broker, url, tmp_path / "c_straight", "--once", "--pec-name", "pec0")
-    assert done.wait(600) == 0, _output(done)
-    return _tables(url)
-
-
-def _assert_same(straight: dict, other: dict) -> None:
-    for name in straight:
-        assert straight[name] == other[name], f"{name} differs from the uninterrupted run's"
-
-
-def _terminate(proc) -> None:
-    proc.send_signal(signal.SIGTERM)             # the job alone (not its JVM): stops after the current batch
-    assert proc.wait(120) == 0, _output(proc)
-
-
-def test_broker_restarts_mid_stream_lose_and_duplicate_nothing(kafka_broker, broker, tmp_path):
-    """While a producer publishes, the broker is unreachable for 20 s with the job running, then
-    restarted on its log directories with the job stopped. The job waits (its source retries for up
-    to 180 s) and resumes on its own; the producer retries until every record is confirmed, once.
-    The sink then equals an uninterrupted run's over the same topics."""
-    truth = tmp_path / "truth.json"
-    ensure_topics(KafkaSettings(broker), {t: 4 for t in TOPICS.values()})
-    url, ckpt = f"sqlite:///{tmp_path}/restarted.db", tmp_path / "c_restarted"
-    job = _job(broker, url, ckpt, "--trigger", "1s", "--pec-name", "pec0")
-    producer = subprocess.Popen(
-        [os.path.join(os.path.dirname(os.sys.executable), "dirstream"), "produce", "simulate", "--bootstrap",
-         broker, "--seed", "21", "--count", "2500", "--rate", "80", "--corrupt", "0.01", "--truth", str(truth),
-         "--kafka-option", "message.timeout.ms=300000"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for_rows(url, 300, timeout=600)
-        kafka_broker.stop()                                        # unreachable for 20 s, the job running
-        time.sleep(20)
-        kafka_broker.start()
-        read_before = sink_totals(url)["rows"]
-        # resumed on its own: 200 records more, or all there are (a slow machine's job may have read
-        # the producer's last record before the broker stopped)
-        _wait_for_rows(url, min(read_before + 200, _records_in(broker)), timeout=600)
-        assert job.poll() is None, _output(job)
-        _terminate(job)
-        kafka_broker.stop()                                        # restarted while the job is stopped
-        kafka_broker.start()
-        out, err = producer.communicate(timeout=600)
-        assert producer.returncode == 0, err
-    finally:
-        if producer.poll() is None:
-            producer.kill()
-        if job.poll() is None:
-            job.kill()
-    summary = json.loads(out)
-    assert summary["published"] == summary["delivered"] >= 2500           # corrupt copies come on top
-    finish = _job(broker, url, ckpt, "--once", "--pec-name", "pec0")
-    assert finish.wait(600) == 0, _output(finish)
-    restarted = _tables(url)
-    assert restarted["rows"] == summary["published"]
-    _assert_same(_straight_run(broker, tmp_path), restarted)
-    assert dirstream("verify", "--truth", str(truth), "--sink", url, "--only", "discovery").returncode == 0
-
-
-def _records_in(bootstrap: str) -> int:
-    """The records the raw topics hold now (their end offsets: nothing is deleted here)."""
-    from streaming.spark.kafka_offsets import EndOffsets
-    offsets = EndOffsets({"bootstrap.servers": bootstrap}, list(TOPICS.values()))
-    try:
-        return sum(offsets.ends().values())
-    finally:
-        offsets.close()
 
 
 def test_an_unreachable_broker_is_waited_for_then_reported_clearly():

@@ -130,7 +130,7 @@ def _run(args) -> int:
     log.info("reading %s from %s; writing %s; checkpoint %s; master %s", opts.get("topics") or opts["topicPattern"],
              args.bootstrap, masked(args.sink), args.checkpoint, args.master)
     # the whole job's run writes the machine's class archive (a raw-only run would leave out the operators')
-    spark = build_spark(args.master, conf=conf, write_class_archive=operators)
+    spark = build_spark(args.master, conf=conf, write_class_archive=operators, pretouch=not args.once)
     echo = lambda line: (log.info("%s", line), console.info(line))  # noqa: E731
     metrics = _serve_metrics(args, {"bootstrap.servers": args.bootstrap, **settings_options}, say)
     job = topology.JobSettings(

@@ -43,11 +43,12 @@ def driver_frees_memory() -> None:
         libc.mallopt(parameter, int(PYTHON_WORKER_ENV[name]))
 
 
-def driver_java_options(memory: str) -> str:
-    """The driver JVM's heap is fixed at spark.driver.memory and touched whole at start: under a
-    backlog G1 grows it to the whole of it anyway (docs/benchmarks.md), and an
-    elastic heap made the JVM's resident memory follow the load (2.1 -> 3.1 GB catching up)."""
-    return f"-Xms{memory} -XX:+AlwaysPreTouch"
+def driver_java_options(memory: str, pretouch: bool = True) -> str:
+    """The driver JVM's heap is fixed at spark.driver.memory and, for a job that runs on, touched whole
+    at start: under a backlog G1 grows it to the whole of it anyway (docs/benchmarks.md), and an
+    elastic heap made the JVM's resident memory follow the load (2.1 -> 3.1 GB catching up). A pass
+    that ends (--once) does not touch it first: 2.2 s of its start on a 2-core machine."""
+    return f"-Xms{memory} -XX:+AlwaysPreTouch" if pretouch else f"-Xms{memory}"
 
 
 def default_shuffle_partitions(master: str) -> int:
@@ -67,7 +68,7 @@ def default_shuffle_partitions(master: str) -> int:
 
 
 def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf: dict | None = None,
-                write_class_archive: bool = False):
+                write_class_archive: bool = False, pretouch: bool = True):
     """The Spark session. The driver JVM maps this machine's class archive when there is one; with
     write_class_archive it writes one when there is none, installed by stop_spark (class_archive.py)."""
     global _class_archive
@@ -98,7 +99,7 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
                .config("spark.driver.memory", DRIVER_MEMORY)
                # spark.driver.defaultJavaOptions given in conf replaces this (extraJavaOptions adds to it)
                .config("spark.driver.defaultJavaOptions",
-                       driver_java_options((conf or {}).get("spark.driver.memory", DRIVER_MEMORY))
+                       driver_java_options((conf or {}).get("spark.driver.memory", DRIVER_MEMORY), pretouch)
                        + " " + _class_archive.java_options()))
     for key, value in PYTHON_WORKER_ENV.items():
         builder = builder.config(f"spark.executorEnv.{key}", value)
