@@ -47,7 +47,6 @@ def test_replay_respond_run_and_verify_work_unchanged_on_the_secured_broker(secu
     """A simulated capture replayed (the capture decoding and publishing of `produce capture`),
     the responder, `run --once` until verify is clean: all through the file. (A continuous run on
     the secured broker is the no-secret test's, below.)"""
-    import job_runs
     config = str(secured.client_properties)
     kafka = ("--bootstrap", secured.bootstrap, "--kafka-config", config)
     truth, capture = tmp_path / "truth.json", tmp_path / "sim.pcapng"
