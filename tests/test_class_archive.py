@@ -56,3 +56,16 @@ def test_off_or_another_directory_by_environment(monkeypatch, tmp_path):
     chosen = ClassArchive.for_this_machine(write=True)
     assert chosen.path.parent == tmp_path and chosen.path.name.startswith("spark-")
     assert chosen.path.name == class_archive.archive_name()           # the same JDK and jars: the same name
+
+
+def test_archives_of_other_installations_are_pruned_to_the_latest(tmp_path):
+    import time
+    olds = [tmp_path / f"spark-4.3.0-old{i}.jsa" for i in range(4)]
+    for i, old in enumerate(olds):
+        old.write_bytes(b"x")
+        os.utime(old, (time.time() - 100 + i, time.time() - 100 + i))
+    writer = ClassArchive(tmp_path / "spark-4.3.0-new.jsa", write=True)
+    writer.java_options()
+    assert writer.install_after_exit(_jvm(writer.pending, 2 << 20))
+    assert sorted(p.name for p in tmp_path.glob("*.jsa")) == [
+        "spark-4.3.0-new.jsa", "spark-4.3.0-old2.jsa", "spark-4.3.0-old3.jsa"]

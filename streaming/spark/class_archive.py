@@ -22,6 +22,7 @@ from pathlib import Path
 log = logging.getLogger("dirstream.job")
 ENV = "DIRSTREAM_CLASS_ARCHIVE"
 QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+KEPT = 3                     # archives kept (about 170 MB each)
 EXIT_WAIT_S = 180            # the JVM's exit, archive written: seconds, a few more on a loaded machine
 
 
@@ -77,6 +78,10 @@ class ClassArchive:
         if self.path is None:
             return ""
         if self.path.exists():
+            try:
+                os.utime(self.path)             # in use: the last ones kept when others are pruned
+            except OSError:
+                pass
             return f"-XX:SharedArchiveFile={self.path} {QUIET}"
         if self.pending is not None:
             try:
@@ -100,11 +105,21 @@ class ClassArchive:
             if code == 0 and self.pending.exists() and self.pending.stat().st_size > 1 << 20:
                 os.replace(self.pending, self.path)
                 log.info("saved the driver JVM's class archive for faster starts: %s", self.path)
+                _prune(self.path)
                 return True
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.info("the driver JVM's class archive was not saved: %s", exc)
         _unlink(self.pending)
         return False
+
+
+def _prune(kept: Path) -> None:
+    """Archives of other JDKs or Spark installations (each virtual environment's jars are another
+    class path): all but the KEPT most recently used go."""
+    others = sorted((p for p in kept.parent.glob("spark-*.jsa") if p != kept),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in others[KEPT - 1:]:
+        _unlink(old)
 
 
 def _remove_abandoned(path: Path) -> None:
