@@ -198,3 +198,22 @@ def test_an_unknown_sender_is_judged_when_the_server_has_had_time_to_learn_it():
     assert row["first_seen"].endswith("01:00:00.002+00:00") and r.s.suspects == {}
     r.inspect(authentication_level="Sig10", source="pec0", arrival_ms=BUCKET_MS + 10, where={})
     assert r.s.suspects == {}                                 # known now: not held back
+
+
+def test_verify_holds_the_findings_to_the_attacks_the_truth_lists():
+    """`dirstream verify`'s findings check: with every attack, what the job found is what was injected;
+    without, nothing; a finding no attack explains, or one not found, is a difference."""
+    from streaming.apps.verify import compare_findings
+    job, truth = _run(2, 5000, ORDINARY_FAULTS, frozenset(ATTACKS))
+    rows = _findings(job)
+    assert compare_findings(truth, rows) == ([], f"{len(truth['attacks'])} attacks injected, "
+                                                 f"{len({(r['kind'], r['source'], r['target']) for r in rows})} "
+                                                 f"findings (kind, source, target)")
+    clean, clean_truth = _run(2, 3000, ORDINARY_FAULTS)
+    assert compare_findings(clean_truth, _findings(clean))[0] == []
+    unsigned = next(r for r in rows if r["kind"] == "dsrp-unsigned")
+    extra = dict(unsigned, source="psc-nobody")
+    diffs, _ = compare_findings(truth, [r for r in rows if r is not unsigned] + [extra])
+    assert any("not found" in d or "found" in d and unsigned["source"] in d for d in diffs), diffs
+    assert f"dsrp-unsigned from psc-nobody to {unsigned['target']}: {unsigned['count']} messages found, " \
+           "no attack injected" in diffs

@@ -5,7 +5,7 @@ import json
 from ..sinks import as_bool, open_sink
 from .verify_reads import ReadJudge, ReadRecord, ReplicaHistory, epoch_ms
 
-CHECKS = ("discovery", "replication", "notifications")
+CHECKS = ("discovery", "replication", "notifications", "findings")
 
 
 def register(sub) -> None:
@@ -56,6 +56,36 @@ def cmd_verify(args) -> int:
     finally:
         sink.close()
     return 1 if total else 0
+
+
+def check_findings(truth: dict, sink) -> tuple[list[str], str]:
+    return compare_findings(truth, sink.query("SELECT kind, source, target, count FROM security_findings"))
+
+
+def compare_findings(truth: dict, rows: list[dict]) -> tuple[list[str], str]:
+    """security_findings against the attacks the truth lists (produce simulate --attack, and the
+    --unauthenticated fault): each found by kind, source and target as often as injected (a flood at
+    least once: what it counts is past the job's --flood-per-minute); nothing else found."""
+    from collections import Counter
+    if "attacks" not in truth:
+        return [], "the truth lists no attacks (an earlier simulator's): not checked"
+    injected: Counter = Counter()
+    for a in truth["attacks"]:
+        injected[(a["kind"], a["source"] or "(unknown)", a["target"])] += 1
+    found: Counter = Counter()
+    for r in rows:
+        found[(r["kind"], r["source"], r["target"])] += int(r["count"])
+    diffs = []
+    for (kind, source, target), n in sorted(injected.items()):
+        got = found.get((kind, source, target), 0)
+        if got == 0:
+            diffs.append(f"{kind} from {source} to {target}: injected {n} times, not found")
+        elif got != n and kind != "mqcn-flood":
+            diffs.append(f"{kind} from {source} to {target}: injected {n} times, found {got}")
+    for (kind, source, target), n in sorted(found.items()):
+        if (kind, source, target) not in injected:
+            diffs.append(f"{kind} from {source} to {target}: {n} messages found, no attack injected")
+    return diffs, f"{sum(injected.values())} attacks injected, {len(found)} findings (kind, source, target)"
 
 
 def _json(value):
@@ -321,4 +351,4 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
 
 
 CHECK_FUNCTIONS = {"discovery": check_discovery, "replication": check_replication,
-                   "notifications": check_notifications}
+                   "notifications": check_notifications, "findings": check_findings}
