@@ -640,7 +640,10 @@ class Simulator:
             yield msg
             if rng.random() < f.duplicate:
                 self.duplicates.append(msg.envelope["message_id"])
-                yield SimMessage(msg.protocol, msg.key, dict(msg.envelope), msg.kind)
+                copy = SimMessage(msg.protocol, msg.key, dict(msg.envelope), msg.kind)
+                if msg.kind == "v1:unauthenticated":          # it arrives twice: two findings' worth
+                    self.attacked.append(self._attack_record("mqcn-unauthenticated", copy.envelope, 1))
+                yield copy
             if rng.random() < f.corrupt:
                 yield self._corrupted_copy(msg)
             if msg.protocol == "mqdsrp" and rng.random() < f.nack:

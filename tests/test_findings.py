@@ -211,6 +211,10 @@ def test_verify_holds_the_findings_to_the_attacks_the_truth_lists():
                                                  f"findings (kind, source, target)")
     clean, clean_truth = _run(2, 3000, ORDINARY_FAULTS)
     assert compare_findings(clean_truth, _findings(clean))[0] == []
+    # the unauthenticated fault's copies, some of them delivered twice: each arrival is listed and found
+    twice, twice_truth = _run(1, 5000, Faults(duplicate=0.1, unauthenticated=0.05))
+    listed = [a["message_id"] for a in twice_truth["attacks"]]
+    assert len(listed) > len(set(listed)) and compare_findings(twice_truth, _findings(twice))[0] == []
     unsigned = next(r for r in rows if r["kind"] == "dsrp-unsigned")
     extra = dict(unsigned, source="psc-nobody")
     diffs, _ = compare_findings(truth, [r for r in rows if r is not unsigned] + [extra])
