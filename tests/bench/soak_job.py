@@ -13,10 +13,10 @@ One run, on a fresh embedded Apache Kafka broker, producer, broker and job on th
 3. **Final**: the producer ends and `produce respond` answers what the job still asks (from the truth
    file); the job runs on until its topics have been quiet for `--quiet-s` (a replica that fell behind
    the authority's purge horizon is reset by sync0, in replies of 500 changes, each asked for in turn),
-   at most `--settle-minutes`, and is stopped; copies of the last notification move event time on
-   past every MQCN wait (producers/clock.py: duplicates, discarded); then one `dirstream run --once`
-   pass and `dirstream verify`, and with `--compare` a fresh checkpoint's `--once` over the same Kafka content must give
-   the same tables, row for row.
+   at most `--settle-minutes`; copies of the last notification move event time on past every MQCN
+   wait (producers/clock.py: duplicates, discarded) and the job reads them too; the responder stops,
+   the job reads its last answers and is stopped; then `dirstream verify`, and with `--compare` a
+   fresh checkpoint's `--once` over the same Kafka content must give the same tables, row for row.
 
 Sampled every `--sample-s` seconds (60) and printed as a table: CPU (share of one core over the
 interval) and resident memory of the broker, the producer and the job's driver, JVM and Python
@@ -32,7 +32,7 @@ and printed, exit 1 if one fails:
 - the catch-up: within its limit, every micro-batch within `--max-records`, and the job's resident
   memory meanwhile at most `--catch-up-memory` (default `--memory-growth`) above its peak in the
   steady phase's second half;
-- after the run, the `--once` pass and `verify` are clean (and equal to a fresh run with `--compare`).
+- after the run, `verify` is clean (and the tables equal a fresh run's with `--compare`).
 
 Lag in seconds of traffic: the records in a query's topics it has not committed (Kafka's end offsets
 now minus those of its last micro-batch, from `pipeline_progress`) over the rate its topics grew at in
@@ -353,7 +353,6 @@ class Soak:
                 self.steady()
                 self.catch_up_after_stop()
                 self.drain()
-                self.move_clock()
             finally:
                 self.kill_leftovers()
             self.final_passes()
@@ -429,7 +428,9 @@ class Soak:
     def drain(self) -> None:
         """The producer ends (its quiet tail of event time) and `produce respond` takes over its
         authorities; the job runs on until the conversation is over (everything read, nothing new in
-        its topics for --quiet-s: the replicas have nothing left to ask), then it stops."""
+        its topics for --quiet-s: the replicas have nothing left to ask); event time is moved on past
+        every MQCN wait and the job reads that too; the responder stops, and once the job has read
+        its last answers (Kafka's content is final) the job stops."""
         out = self.producer.wait(600 + self.args.catch_up_minutes * 60)
         self.event(f"producer ended (exit {out}): {(self.work / 'producer.out').read_text().strip()}")
         self.producer = None
@@ -437,6 +438,10 @@ class Soak:
                                            "--truth", str(self.truth)], stdout=subprocess.DEVNULL,
                                           stderr=open(self.work / "respond.log", "w"))
         ended, quiet = self.minute(), self.wait_quiet()
+        self.move_clock()
+        quiet = self.wait_quiet() and quiet
+        self.stop_responder()
+        quiet = self.wait_quiet() and quiet
         self.record("drained")
         self.event(f"job stopped (Ctrl-C): everything read and {'quiet' if quiet else 'NOT quiet'} after "
                    f"{self.minute() - ended:.1f} min of answers")
@@ -483,18 +488,12 @@ class Soak:
             raise RuntimeError(f"the job stopped (exit {self.job.returncode}); see {self.work}/job-*.log")
 
     def final_passes(self) -> None:
-        """A `--once` pass from the job's checkpoint, then `verify` (the responder still answering)."""
-        try:
-            self.once(self.url, "ckpt")
-            done = self.verify(self.url)
-            (self.work / "verify.txt").write_text(done.stdout)
-            self.verdicts.append((done.returncode == 0, f"after the run: a --once pass, verify "
-                                  f"{'clean' if done.returncode == 0 else 'NOT clean'}: {summary_of(done.stdout)}"))
-            if self.args.compare:
-                time.sleep(10)                    # the responder answers what that pass asked ...
-                self.once(self.url, "ckpt")       # ... and the job reads it, so both runs read the same
-        finally:
-            self.stop_responder()
+        """`verify` of the job's tables (Kafka's content is final: drain), then with --compare a fresh
+        checkpoint's `--once` over the same content."""
+        done = self.verify(self.url)
+        (self.work / "verify.txt").write_text(done.stdout)
+        self.verdicts.append((done.returncode == 0, f"after the run: verify "
+                              f"{'clean' if done.returncode == 0 else 'NOT clean'}: {summary_of(done.stdout)}"))
         if self.args.compare:
             fresh = f"sqlite:///{self.work}/fresh.db"
             self.once(fresh, "ckpt-fresh", "--outbound-topic", "none")
