@@ -283,8 +283,8 @@ class Replica:
         """_known_sender, or a machine object in this server's replica that runs a directory service."""
         if self._known_sender(source):
             return True
-        guid = self.store.guid_for_path(source)
-        obj = self.store.get(guid) if guid and not guid.startswith("path:") else None
+        guid = self._guid_of(source)
+        obj = self.store.get(guid) if guid else None
         return obj is not None and bool(int(obj.properties.get(QM_SERVICE) or 0) & DS_SERVICES)
 
     def _judge_senders(self, now_ms: int) -> None:
@@ -923,9 +923,11 @@ class Replica:
         self.s.bsc_ack_due_ms = now_ms + BSC_ACK_MS
 
     def _own_machine_id(self) -> str | None:
-        if self.s.site_id is None:
-            return None
-        guid = self.store.guid_for_path(self.name)
+        return None if self.s.site_id is None else self._guid_of(self.name)
+
+    def _guid_of(self, path_name: str) -> str | None:
+        """The GUID of the object stored under a path name (None for a path placeholder)."""
+        guid = self.store.guid_for_path(path_name)
         return guid if guid and not guid.startswith("path:") else None
 
 

@@ -36,8 +36,8 @@ def directory() -> Path | None:
 
 
 def _java() -> Path | None:
-    home = os.environ.get("JAVA_HOME")
-    found = Path(home) / "bin" / "java" if home else (shutil.which("java") and Path(shutil.which("java")))
+    home, on_path = os.environ.get("JAVA_HOME"), shutil.which("java")
+    found = Path(home) / "bin" / "java" if home else Path(on_path) if on_path else None
     return found.resolve() if found and found.exists() else None
 
 
