@@ -84,7 +84,8 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path):
             _wait_for(lambda: verified(truth_file, slowed, *CONVERGING).returncode == 0, proc, timeout=1800,
                       why=lambda: verified(truth_file, slowed, *CONVERGING).stdout[-3000:])
             wait_until_answered(responder)
-            _wait_for(lambda: _settled(broker, slowed), proc, timeout=600)
+            settled = _Settled(broker, slowed)
+            _wait_for(settled, proc, timeout=600)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(120)
@@ -107,25 +108,29 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path):
     assert verified(truth_file, single, *CONVERGING).returncode == 0
 
 
-_last_batches: list = []
-
-
-def _settled(bootstrap: str, url: str, still_s: float = 30.0) -> bool:
+class _Settled:
     """Every record the raw topics hold now read, and the micro-batch after the last one with data
-    (the one that fires its timers) run: the latest batch has no input, or none came for still_s."""
-    if not _read_everything(bootstrap, url):
-        return False
-    s = open_sink(url)
-    try:
-        latest = s.query("SELECT batch_id, input_rows FROM pipeline_progress WHERE query_name = 'dirstream' "
-                         "ORDER BY batch_id DESC LIMIT 1")[0]
-    finally:
-        s.close()
-    if latest["input_rows"] == 0:
-        return True
-    if not _last_batches or _last_batches[-1][0] != latest["batch_id"]:
-        _last_batches.append((latest["batch_id"], time.monotonic()))
-    return time.monotonic() - _last_batches[-1][1] >= still_s
+    (the one that fires its timers) run: the latest batch has no input, or none came for still_s (a
+    bound only a hang exceeds: a no-data batch follows within seconds)."""
+
+    def __init__(self, bootstrap: str, url: str, still_s: float = 120.0):
+        self.bootstrap, self.url, self.still_s = bootstrap, url, still_s
+        self.latest: tuple[int, float] | None = None           # (batch id, when first seen)
+
+    def __call__(self) -> bool:
+        if not _read_everything(self.bootstrap, self.url):
+            return False
+        s = open_sink(self.url)
+        try:
+            latest = s.query("SELECT batch_id, input_rows FROM pipeline_progress WHERE query_name = 'dirstream' "
+                             "ORDER BY batch_id DESC LIMIT 1")[0]
+        finally:
+            s.close()
+        if latest["input_rows"] == 0:
+            return True
+        if self.latest is None or self.latest[0] != latest["batch_id"]:
+            self.latest = (latest["batch_id"], time.monotonic())
+        return time.monotonic() - self.latest[1] >= self.still_s
 
 
 def _read_everything(bootstrap: str, url: str) -> bool:
