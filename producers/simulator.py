@@ -47,10 +47,9 @@ QUIET_TAIL_MS = 21 * 60_000
 NACK_CLASSES = ("NackBadSignature", "NackReachQueueTimeout", "NackBadDestQueue")
 UNAUTHENTICATED_KINDS = ("v1:unauthenticated", "attack:mqcn-unauthenticated")    # discarded: never delivered
 # --attack: each kind of hostile traffic the job reports as a security finding
-ATTACKS = ("dsrp-unsigned", "dsrp-unknown-sender", "mqcn-unauthenticated", "mqcn-flood")
+ATTACKS = ("dsrp-unsigned", "mqcn-unauthenticated", "mqcn-flood")
 UNSIGNED_TARGETS = ("ChangePropagation", "SyncReply", "PSCAck", "BSCAck", "AlreadyPurged")
-UNSIGNED_RATE, UNAUTHENTICATED_RATE, UNKNOWN_SENDER_RATE = 0.01, 0.02, 0.05
-ROGUE_SERVERS = ("rogue-ds1", "rogue-ds2")      # machines no directory of the enterprise holds
+UNSIGNED_RATE, UNAUTHENTICATED_RATE = 0.01, 0.02
 FLOOD_EVERY, FLOOD_FIRST = 4_000, 100   # notifications between two floods, and before the first
 FLOOD_COPIES = FLOOD_PER_MINUTE + 100
 
@@ -673,12 +672,6 @@ class Simulator:
             if kind == "dsrp-unsigned" and msg.protocol == "mqdsrp" and msg.kind in UNSIGNED_TARGETS \
                     and rng.random() < UNSIGNED_RATE:
                 yield self._attack_copy(kind, msg, authentication_level="None", hash_algorithm=None)
-            elif kind == "dsrp-unknown-sender" and msg.kind == "ChangePropagation" \
-                    and self.ent.servers[msg.key].is_psc and rng.random() < UNKNOWN_SENDER_RATE:
-                # a PSC's or the PEC's propagation again, from a machine that is no directory server: the
-                # same changes (already applied: state unchanged); a BSC would take its sender for its
-                # PSC (replication.py, the BSC's inference), so it is not a target here
-                yield self._attack_copy(kind, msg, source_machine=rng.choice(ROGUE_SERVERS))
             elif kind == "mqcn-unauthenticated" and msg.protocol == "mqcn" and msg.kind.startswith("v1:") \
                     and msg.kind != "v1:unauthenticated" and rng.random() < UNAUTHENTICATED_RATE:
                 copy = self._attack_copy(kind, msg, authentication_level="None")

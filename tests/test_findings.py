@@ -45,7 +45,7 @@ def test_every_injected_attack_is_found_with_its_evidence(seed):
     found = _findings(job)
     injected = Counter(a["kind"] for a in truth["attacks"])
     assert set(injected) == set(ATTACKS), injected
-    for kind in ("dsrp-unsigned", "dsrp-unknown-sender", "mqcn-unauthenticated"):
+    for kind in ("dsrp-unsigned", "mqcn-unauthenticated"):
         rows = [r for r in found if r["kind"] == kind]
         assert sum(r["count"] for r in rows) == injected[kind], kind
         evidence = {e["message_id"] for r in rows for e in (r["evidence"]["first"], r["evidence"]["last"])}
@@ -173,31 +173,6 @@ def test_the_attacks_leave_every_replica_and_queue_manager_as_the_truth_says():
     job, truth = _run(8, 5000, ORDINARY_FAULTS, frozenset(ATTACKS))
     assert {a["kind"] for a in truth["attacks"]} == set(ATTACKS)
     assert differences(job, truth) == [] and notification_differences(job, truth) == []
-
-
-def test_an_unknown_sender_is_judged_when_the_server_has_had_time_to_learn_it():
-    """A sender the server does not know when its message arrives is held back SENDER_GRACE_MS: one
-    it learns of meanwhile (here the PEC, from the enterprise object's E_PECNAME, as a server
-    started without --pec-name does) is no finding; one still unknown is, dated and placed at its
-    message's arrival."""
-    from streaming.operators.replication import SENDER_GRACE_MS, Replica, ServerState
-    from streaming.operators.replica_store import DictBackend, ObjectStore
-    r = Replica(ServerState("psc1"), ObjectStore(DictBackend()), pec_name=None)
-    r.initialize(BUCKET_MS)
-    for source, offset in (("pec0", 1), ("rogue", 2), ("rogue", 3)):
-        r.inspect(authentication_level="Sig10", source=source, arrival_ms=BUCKET_MS + offset,
-                  where={"offset": offset})
-    assert r.s.suspects == {"pec0": BUCKET_MS + 1 + SENDER_GRACE_MS, "rogue": BUCKET_MS + 2 + SENDER_GRACE_MS}
-    r.enterprise().authority = "pec0"                     # learnt (handle_enterprise_update) meanwhile
-    r.fire_timers_until(BUCKET_MS + 1 + SENDER_GRACE_MS)
-    assert r.s.findings is None and set(r.s.suspects) == {"rogue"}
-    r.fire_timers_until(BUCKET_MS + 2 + SENDER_GRACE_MS)
-    (row,) = [row for _t, row in r.s.findings.rows()]
-    assert (row["kind"], row["source"], row["target"], row["count"]) == ("dsrp-unknown-sender", "rogue", "psc1", 2)
-    assert row["evidence"] == {"first": {"offset": 2}, "last": {"offset": 3}}
-    assert row["first_seen"].endswith("01:00:00.002+00:00") and r.s.suspects == {}
-    r.inspect(authentication_level="Sig10", source="pec0", arrival_ms=BUCKET_MS + 10, where={})
-    assert r.s.suspects == {}                                 # known now: not held back
 
 
 def test_verify_holds_the_findings_to_the_attacks_the_truth_lists():

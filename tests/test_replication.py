@@ -780,7 +780,7 @@ def test_a_state_written_before_directory_history_numbers_its_versions_from_zero
     state.store_layout.buckets = 64
     assert state_from_bytes(state_to_bytes(state)).versions_recorded == 41
     old = marshal.loads(state_to_bytes(state))
-    earlier = state_from_bytes(marshal.dumps(tuple(old[:-4])))   # without the version count, findings, suspects
+    earlier = state_from_bytes(marshal.dumps(tuple(old[:-2])))          # without the version count and findings
     assert earlier.versions_recorded == 0 and earlier.store_layout.buckets == 64
 
 
@@ -790,15 +790,8 @@ def test_a_replicas_findings_survive_its_state_and_a_state_written_before_them_h
     state.findings.record("dsrp-unsigned", "psc9", "bsc1", T0, {"offset": 1})
     again = state_from_bytes(state_to_bytes(state))
     assert again.findings.to_list() == state.findings.to_list() and again.versions_recorded == 3
-    earlier = state_from_bytes(marshal.dumps(tuple(marshal.loads(state_to_bytes(state))[:-3])))
+    earlier = state_from_bytes(marshal.dumps(tuple(marshal.loads(state_to_bytes(state))[:-1])))
     assert earlier.findings is None and earlier.versions_recorded == 3
-    state.suspected = FindingLog()
-    state.suspected.record("dsrp-unknown-sender", "rogue", "bsc1", T0, {"offset": 2})
-    state.suspects = {"rogue": T0 + 1}
-    again = state_from_bytes(state_to_bytes(state))
-    assert again.suspects == {"rogue": T0 + 1} and again.suspected.to_list() == state.suspected.to_list()
-    earlier = state_from_bytes(marshal.dumps(tuple(marshal.loads(state_to_bytes(state))[:-2])))
-    assert earlier.suspects == {} and earlier.suspected is None and earlier.findings is not None
 
 
 def test_a_state_written_before_layouts_keeps_its_256_buckets():
@@ -813,7 +806,7 @@ def test_a_state_written_before_layouts_keeps_its_256_buckets():
         bucket[guid] = DirObject(guid, SITE, 1, None, i, {}).to_tuple()
         backend.data[b] = marshal.dumps(bucket)
     old = list(marshal.loads(state_to_bytes(ServerState("bsc1"))))
-    state = state_from_bytes(marshal.dumps(tuple(old[:-5])))    # without the layout, version count, findings, suspects
+    state = state_from_bytes(marshal.dumps(tuple(old[:-3])))    # without the layout, version count and findings
     assert state.store_layout.buckets == LEGACY_BUCKETS and state.store_layout.present is None
     store = Replica(state, ObjectStore(backend)).store
     assert store.get(queue_guid(7)).seq_number == 7 and backend.calls["load"] >= 1

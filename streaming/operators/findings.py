@@ -22,11 +22,6 @@ KINDS: dict[str, tuple[str, str]] = {
         "high", "a replication message without a signature (AuthenticationLevel None); Windows signs every "
                 "message carrying replication data (MC-MQDSRP 5.1, note <13>), and unsigned replication data "
                 "can be tampered with to corrupt the directory"),
-    "dsrp-unknown-sender": (
-        "high", "a replication message from a machine the receiving server does not know as a directory "
-                "server of the enterprise (not the PEC, not a partition's authority, not its PSC or a PSC or "
-                "BSC neighbour, not a machine object with a directory service in its replica) once it has had "
-                "20 minutes to learn its neighbours; replication data can be tampered with (MC-MQDSRP 5.1)"),
     "mqcn-unauthenticated": (
         "medium", "a v1 change notification with AuthenticationLevel None, which the queue manager discards "
                   "(MS-MQCN 3.2.5.1); a sender that cannot sign is not the directory service"),
@@ -74,28 +69,6 @@ class FindingLog:
         agg.detail.update(detail or {})
         for name, value in (most or {}).items():
             agg.detail[name] = max(agg.detail.get(name, value), value)
-        self.touched.add(key)
-
-    def take(self, source: str) -> list[tuple[tuple, Aggregate]]:
-        """Removes and returns the aggregates of one source."""
-        taken = [(k, a) for k, a in sorted(self.entries.items()) if k[1] == source]
-        for k, _a in taken:
-            del self.entries[k]
-            self.touched.discard(k)
-        return taken
-
-    def adopt(self, key: tuple, later: Aggregate) -> None:
-        """An aggregate recorded elsewhere (held back until judged), merged into this log's own."""
-        agg = self.entries.get(key)
-        if agg is None:
-            self.entries[key] = later
-        else:
-            agg.count += later.count
-            if later.first_ms < agg.first_ms:
-                agg.first_ms, agg.first = later.first_ms, later.first
-            if later.last_ms >= agg.last_ms:
-                agg.last_ms, agg.last = later.last_ms, later.last
-            agg.detail.update(later.detail)
         self.touched.add(key)
 
     def rows(self) -> list[tuple[str, dict]]:

@@ -54,11 +54,6 @@ INTRASITE_MS = 2_000                                         # Change Propagatio
 CHANGE_WAIT_AUTHORITY_MS, CHANGE_WAIT_OTHER_MS = 10_000, 20_000   # Process Change Request wait, note <11>
 NACK_RESEND_LIMIT = 3                                        # digest §11.9: the spec sets no bound
 PROPAGATION_CHUNK = 200                                      # changes per ChangePropagation this server sends
-# dsrp-unknown-sender: a sender not known when its message arrives is judged this long after (event
-# time): by then a server has heard from its neighbours (each sends a SeqNumberHeader at least every
-# 20 minutes, note <12>) and asked for what it missed, so a legitimate sender is known
-SENDER_GRACE_MS = 20 * 60_000
-DS_SERVICES = 0x2 | 0x4 | 0x8                                # QM_SERVICE: BSC, PSC, PEC ([MS-MQMQ] 2.3.2.9)
 
 ID_PROPERTY = {MQDS_QUEUE: propid("Q_INSTANCE"), MQDS_MACHINE: propid("QM_MACHINE_ID"),
                MQDS_SITE: propid("S_SITEID"), MQDS_CN: propid("CN_GUID"), MQDS_ENTERPRISE: propid("E_ID"),
@@ -144,9 +139,6 @@ class ServerState:
     store_layout: StoreLayout = field(default_factory=StoreLayout)    # how its objects are bucketed
     versions_recorded: int = 0          # directory_history rows so far: each version's number (not in the spec)
     findings: FindingLog | None = None  # security findings about the messages it received (not in the spec)
-    # dsrp-unknown-sender: messages from senders not known at arrival, held until judged (not in the spec)
-    suspects: dict[str, int] = field(default_factory=dict)          # sender -> when it is judged (event time)
-    suspected: FindingLog | None = None
 
 
 # ================================================================== outputs
@@ -264,41 +256,6 @@ class Replica:
             if self.s.findings is None:
                 self.s.findings = FindingLog()
             self.s.findings.record("dsrp-unsigned", source, self.name, arrival_ms, where)
-        if source and not self._known_sender(source):
-            # held back: what the server learns in the next SENDER_GRACE_MS may name the sender
-            if self.s.suspected is None:
-                self.s.suspected = FindingLog()
-            self.s.suspected.record("dsrp-unknown-sender", source, self.name, arrival_ms, where)
-            self.s.suspects.setdefault(source, arrival_ms + SENDER_GRACE_MS)
-
-    def _known_sender(self, source: str) -> bool:
-        """A directory server this server knows from its protocol state: itself, the PEC, the authority
-        of a partition it holds, its PSC, a PSC or BSC neighbour (3.1.1.5-3.1.1.8)."""
-        if source in (self.name, self.pec_name, self.s.my_psc_name):
-            return True
-        return (any(p.authority == source for p in self.s.partitions.values())
-                or source in self.s.psc_neighbors or source in self.s.bsc_neighbors)
-
-    def _known_directory_server(self, source: str) -> bool:
-        """_known_sender, or a machine object in this server's replica that runs a directory service."""
-        if self._known_sender(source):
-            return True
-        guid = self._guid_of(source)
-        obj = self.store.get(guid) if guid else None
-        return obj is not None and bool(int(obj.properties.get(QM_SERVICE) or 0) & DS_SERVICES)
-
-    def _judge_senders(self, now_ms: int) -> None:
-        """Senders held back since SENDER_GRACE_MS ago: still unknown, their messages are findings."""
-        for source, due in sorted(self.s.suspects.items()):
-            if due > now_ms:
-                continue
-            del self.s.suspects[source]
-            held = self.s.suspected.take(source) if self.s.suspected else []
-            if held and not self._known_directory_server(source):
-                if self.s.findings is None:
-                    self.s.findings = FindingLog()
-                for key, agg in held:
-                    self.s.findings.adopt(key, agg)
 
     def _stamp_sent(self) -> None:
         """What this event sent was sent at its event time (not at the micro-batch's end)."""
@@ -886,7 +843,6 @@ class Replica:
         due = [self.s.bsc_ack_due_ms] if self.s.bsc_ack_due_ms is not None else []
         due += [n.next_tick_ms for n in self.s.bsc_neighbors.values() if n.next_tick_ms is not None]
         due += [f.deadline_ms for f in self.s.forwarded.values()]
-        due += self.s.suspects.values()
         return min(due) if due else None
 
     def fire_timers_until(self, until_ms: int) -> None:
@@ -908,7 +864,6 @@ class Replica:
             if fwd.deadline_ms <= now_ms:
                 del self.s.forwarded[key]
                 self._reply(fwd, MQ_ERROR, "MQDS_NO_RSP_FROM_OWNER")
-        self._judge_senders(now_ms)
         self._stamp_sent()
 
     def _bsc_ack_timer(self, now_ms: int) -> None:
@@ -1005,8 +960,7 @@ def state_to_bytes(s: ServerState) -> bytes:
         [(d.identifier, d.partition_id, d.seq_number, d.object_type, d.scope) for d in s.deleted.values()],
         [(k, f.requester, f.request_id, f.psc_name, f.deadline_ms) for k, f in s.forwarded.items()],
         s.nack_resends, s.bsc_ack_due_ms, s.now_ms, s.messages_sent, s.initialized, s.store_layout.to_tuple(),
-        s.versions_recorded, s.findings.to_list() if s.findings else [], s.suspects,
-        s.suspected.to_list() if s.suspected else []))
+        s.versions_recorded, s.findings.to_list() if s.findings else []))
 
 
 def state_from_bytes(raw: bytes) -> ServerState:
@@ -1017,9 +971,7 @@ def state_from_bytes(raw: bytes) -> ServerState:
     s = ServerState(name, site_id, my_psc,
                     store_layout=StoreLayout.from_tuple(later[0]) if later else StoreLayout.legacy(),
                     versions_recorded=later[1] if len(later) > 1 else 0,
-                    findings=FindingLog(later[2]) if len(later) > 2 and later[2] else None,
-                    suspects=later[3] if len(later) > 3 else {},
-                    suspected=FindingLog(later[4]) if len(later) > 4 and later[4] else None)
+                    findings=FindingLog(later[2]) if len(later) > 2 and later[2] else None)
     for pid, auth, last, purged, allowed, state, prev_purged, cmw, pending, initial, *health in partitions:
         # a state written before the health fields lacks them (checkpoints of earlier versions)
         s.partitions[pid] = Partition(pid, auth, last, purged, allowed, state, prev_purged, cmw,
