@@ -26,6 +26,7 @@ from decimal import Decimal
 from streaming.wire import WireError
 from streaming.wire import mqqb
 from streaming.wire.envelope import make_envelope
+from streaming.wire.rejected import rejected_record
 
 from .tcp_streams import SEQ_MOD, Delivery, Direction
 
@@ -55,6 +56,8 @@ class Replay:
     ignored: int = 0                                                     # capture packets that are not MSMQ
     skipped: Counter = field(default_factory=Counter)                    # MSMQ traffic not published, by kind
     published: int = 0                                                   # a live capture's messages sent so far
+    rejected: list[dict] = field(default_factory=list)                   # MQQB packets rejected (wire.rejected),
+                                                                         # published to their own topic
 
 
 def classify(queue: str | None) -> tuple[str, str | None, str | None] | None:
@@ -101,6 +104,25 @@ class MachineNames:
     def name_of_guid(self, guid: str) -> str | None:
         address = self.address_of_guid.get(guid)
         return self.by_address.get(address) if address else None
+
+
+@dataclass
+class Rejected:
+    """An MQQB packet a PacketStream rejected, waiting for the names of its ends."""
+    error: WireError
+    flow: tuple                     # (src, sport, dst, dport)
+    ts_ms: int
+    where: str
+
+
+def rejected_of(r: Rejected, names: "MachineNames", capture: str) -> dict:
+    """The rejected packet's record for REJECTED_TOPIC, its ends named as the capture names them."""
+    src, sport, dst, dport = r.flow
+    prefix = capture + ":"
+    return rejected_record(r.error, capture=capture, position=r.where[len(prefix):] if r.where.startswith(prefix)
+                           else r.where, source=(src, sport), destination=(dst, dport),
+                           source_machine=names.name(src) or src, destination_machine=names.name(dst) or dst,
+                           arrival_ms=r.ts_ms)
 
 
 @dataclass
@@ -160,8 +182,8 @@ class Flow:
 class CaptureDecoder:
     """Turns captured IP packets into Seen messages, MQSD items and problems (no I/O)."""
 
-    def __init__(self, out: Replay, names: MachineNames, on_seen):
-        self.out, self.names, self.on_seen = out, names, on_seen
+    def __init__(self, out: Replay, names: MachineNames, on_seen, on_rejected=lambda rejected: None):
+        self.out, self.names, self.on_seen, self.on_rejected = out, names, on_seen, on_rejected
         self.flows: dict[tuple, Flow] = {}
 
     def udp(self, ts_ms: int, where: str, src: str, sport: int, dst: str, dport: int, payload: bytes) -> None:
@@ -207,8 +229,8 @@ class CaptureDecoder:
                                                         f"before stream byte {d.offset} were not captured"))
         for offset, packet, ts_ms in flow.deliver(deliveries):
             at = f"{where} (TCP {src}:{sport} > {dst}:{dport}, stream byte {offset})"
-            if isinstance(packet, WireError):
-                self.out.problems.append(Problem(at, str(packet)))
+            if isinstance(packet, WireError):      # not a problem of the capture: hostile or broken traffic
+                self.on_rejected(Rejected(packet, flow.key, ts_ms, at))
             elif isinstance(packet, mqqb.UserMessage):
                 self.names.learn_message(packet, src, dst)
                 self.on_seen(Seen(packet, src, dst, ts_ms, at))
@@ -289,8 +311,8 @@ def read_capture(path, out: Replay) -> None:
     _layers()
     from scapy.error import Scapy_Exception
     from scapy.utils import PcapReader
-    names, seen = MachineNames(), []
-    decoder = CaptureDecoder(out, names, seen.append)
+    names, seen, rejected = MachineNames(), [], []
+    decoder = CaptureDecoder(out, names, seen.append, rejected.append)
     number = 0
     try:
         reader = PcapReader(str(path))
@@ -315,6 +337,7 @@ def read_capture(path, out: Replay) -> None:
     decoder.finish(f"{path}:end")
     for s in seen:
         _publishable(s, names, out)
+    out.rejected += [rejected_of(r, names, str(path)) for r in rejected]
 
 
 def _publishable(s: Seen, names: MachineNames, out: Replay) -> tuple[str, str, dict] | None:
@@ -331,9 +354,11 @@ def _publishable(s: Seen, names: MachineNames, out: Replay) -> tuple[str, str, d
 
 
 def live_capture(interface: str, bpf: str | None, publish, stop=lambda: False,
-                 on_progress=lambda replay: None, on_start=lambda: None) -> Replay:
-    """Capture on `interface` until stop() or Ctrl-C, publishing each message as it completes.
-    Raises OSError when the interface cannot be opened (no such interface, no permission)."""
+                 on_progress=lambda replay: None, on_start=lambda: None,
+                 publish_rejected=lambda record: None) -> Replay:
+    """Capture on `interface` until stop() or Ctrl-C, publishing each message as it completes and
+    each rejected MQQB packet as it is found. Raises OSError when the interface cannot be opened
+    (no such interface, no permission)."""
     _layers()
     from scapy.error import Scapy_Exception
     from scapy.sendrecv import AsyncSniffer
@@ -351,7 +376,10 @@ def live_capture(interface: str, bpf: str | None, publish, stop=lambda: False,
         _publishable(s, names, out)
         publish_new(start)
 
-    decoder = CaptureDecoder(out, names, on_seen)
+    def on_rejected(r: Rejected) -> None:
+        publish_rejected(rejected_of(r, names, interface))
+
+    decoder = CaptureDecoder(out, names, on_seen, on_rejected)
 
     def on_packet(packet) -> None:
         frames[0] += 1

@@ -20,12 +20,13 @@ from streaming.wire import mqqb
 from .capture import MSMQ_PORT, classify
 
 MSS = 1460
+MALFORMED_RATE = 0.02          # --attack mqqb-malformed: after about one replication message in 50
 SOURCE_GUIDS = uuid.UUID("5d1f4c1e-9a0b-4c55-8f7e-3f1d2b7c6a10")     # names a queue manager without a GUID
 
 
 class CaptureWriter:
     def __init__(self, path: str, seed: int = 0, *, reorder: float = 0.2, retransmit: float = 0.1,
-                 overlap: float = 0.05, max_cuts: int = 3):
+                 overlap: float = 0.05, max_cuts: int = 3, malformed: bool = False):
         from scapy.utils import PcapNgWriter, PcapWriter
         self.path = str(path)
         writer = PcapNgWriter if self.path.endswith(".pcapng") else PcapWriter
@@ -39,6 +40,10 @@ class CaptureWriter:
         self.sessions: dict[tuple[str, str], "_Session"] = {}
         self.held: tuple["_Session", bytearray, int] | None = None
         self.packets = 0
+        # --attack mqqb-malformed: its own draws, so the capture's other bytes are the same without it
+        self.malformed_rng = random.Random(seed * 7_919 + 11) if malformed else None
+        self.receivers: set[str] = set()               # machines named by a DIRECT=OS replication message
+        self.attacks: list[dict] = []                  # what was injected, for the truth's `attacks`
 
     # ------------------------------------------------------------------ messages
     def write(self, protocol: str, envelope: dict) -> None:
@@ -58,9 +63,25 @@ class CaptureWriter:
         else:
             self.held = (session, bytearray(data), arrival)
         session.unacked += 1
+        if protocol == "mqdsrp":
+            self._maybe_malformed(envelope, msg, arrival)
         if session.unacked >= 8:
             self._flush()
             session.acknowledge(self, arrival)
+
+    def _maybe_malformed(self, env: dict, msg: "mqqb.UserMessage", arrival: int) -> None:
+        """Now and then, after a replication message, the same packet again with a MessageSize that
+        lies (far more bytes than the packet holds: CVE-2023-21554's pattern). Its PacketSize is
+        true, so the session goes on; a capture producer rejects it. Only between directory servers
+        the capture names (both were sent replication messages), so the finding names them too."""
+        source, target = env["source_machine"], env["destination_machine"]
+        self.receivers.add(target)
+        if self.malformed_rng is None or source not in self.receivers \
+                or self.malformed_rng.random() >= MALFORMED_RATE:
+            return
+        self.held[1].extend(lying_message_size(mqqb.encode(msg)))
+        self.attacks.append({"kind": "mqqb-malformed", "source": source, "target": target, "message_id": None,
+                             "copies": 1, "arrival_ms": arrival})
 
     def _user_message(self, env: dict) -> "mqqb.UserMessage":
         source = self._guid_of(env)
@@ -159,6 +180,22 @@ class CaptureWriter:
     def close(self) -> None:
         self._flush()
         self.out.close()
+
+
+def lying_message_size(packet: bytes) -> bytes:
+    """The UserMessage packet with its MessagePropertiesHeader.MessageSize set past the end of the
+    packet (its BaseHeader's PacketSize untouched)."""
+    body_size = len(mqqb.parse_packet(packet).body)
+    for at in range(0, len(packet) - 3, 4):
+        if int.from_bytes(packet[at:at + 4], "little") != body_size:
+            continue
+        candidate = packet[:at] + (0x7FFF_FFF0).to_bytes(4, "little") + packet[at + 4:]
+        try:
+            mqqb.parse_packet(candidate)
+        except mqqb.WireError as exc:
+            if exc.field == "MessageSize":
+                return candidate
+    raise ValueError("no MessageSize field found in the packet")
 
 
 class _Session:

@@ -8,9 +8,9 @@ import time
 from infra.broker import (DEFAULT_BOOTSTRAP, DEFAULT_HEAP, DEFAULT_HOST, DEFAULT_PORT, KAFKA_VERSION, BrokerError,
                           EmbeddedBroker, fetch_jars)
 
-from .kafka import (CLIENTS, OUTBOUND_TOPIC, TOPICS, KafkaSecurityError, KafkaSettings, KafkaUnavailable, ensure_topics,
-                    publisher)
-from .publish import publish_all
+from .kafka import (CLIENTS, OUTBOUND_TOPIC, REJECTED_TOPIC, TOPICS, KafkaSecurityError, KafkaSettings,
+                    KafkaUnavailable, ensure_topics, publisher)
+from .publish import publish_all, publish_rejected
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -89,6 +89,11 @@ def cmd_simulate(args) -> int:
                     op_interval_ms=_interval(args.op_interval_ms), attacks=frozenset(args.attack))
     if args.pcap:
         return _simulate_to_capture(sim, args)
+    from .simulator import CAPTURE_ATTACKS
+    if set(args.attack) & set(CAPTURE_ATTACKS):
+        print(f"dirstream produce simulate: --attack {', '.join(sorted(set(args.attack) & set(CAPTURE_ATTACKS)))} "
+              f"is injected into packet captures only: add --pcap FILE, then replay the capture", file=sys.stderr)
+        return EXIT_USAGE
     settings = settings_from(args)
     ensure_topics(settings, {t: args.partitions for t in TOPICS.values()})
     pub = publisher(args.client, settings)
@@ -124,7 +129,7 @@ def _simulate_to_capture(sim, args) -> int:
     truth names messages by the MSMQ message identifiers the capture carries."""
     from .capture_writer import CaptureWriter
     started = time.monotonic()
-    writer = CaptureWriter(args.pcap, seed=args.seed)
+    writer = CaptureWriter(args.pcap, seed=args.seed, malformed="mqqb-malformed" in args.attack)
     counts: dict[str, int] = {}
     try:
         for m in sim.messages(args.count):
@@ -133,6 +138,7 @@ def _simulate_to_capture(sim, args) -> int:
     finally:
         writer.close()
     truth = _renamed_messages(sim.truth(), writer.message_ids)
+    truth["attacks"] = truth.get("attacks", []) + writer.attacks
     if args.truth:
         with open(args.truth, "w") as fh:
             json.dump(truth, fh, indent=1, sort_keys=True)
@@ -164,21 +170,33 @@ def cmd_replay(args) -> int:
         return EXIT_USAGE
     for problem in replay.problems:
         print(f"skipped {problem}", file=sys.stderr)
+    for record in replay.rejected:
+        print(_rejected_line(record), file=sys.stderr)
     settings = settings_from(args)
-    if replay.items:
-        ensure_topics(settings, {TOPICS[p]: args.partitions for p in {i[0] for i in replay.items}})
+    published = 0
+    if replay.items or replay.rejected:
+        topics = {TOPICS[p]: args.partitions for p in {i[0] for i in replay.items}}
+        if replay.rejected:
+            topics[REJECTED_TOPIC] = args.partitions
+        ensure_topics(settings, topics)
         pub = publisher(args.client, settings)
-        stats = publish_all(pub, replay.items, rate=args.rate, total=len(replay.items))
+        if replay.items:
+            published = publish_all(pub, replay.items, rate=args.rate, total=len(replay.items)).total
+        for record in replay.rejected:
+            publish_rejected(pub, record)
         pub.close()
-        published = stats.total
-    else:
-        published = 0
-    print(json.dumps(_summary(published, replay)))
+    print(json.dumps(_summary(published, replay, len(replay.rejected))))
     return EXIT_FAILED if replay.problems else 0
 
 
-def _summary(published: int, replay) -> dict:
-    return {"published": published, "skipped": len(replay.problems), "ignored_capture_packets": replay.ignored,
+def _rejected_line(record: dict) -> str:
+    return (f"rejected {record['capture']}:{record['position']}: MQQB {record['structure']}.{record['field']} at "
+            f"byte {record['byte_offset']}: {record['reason']} (published to {REJECTED_TOPIC})")
+
+
+def _summary(published: int, replay, rejected: int) -> dict:
+    return {"published": published, "skipped": len(replay.problems), "rejected_packets_published": rejected,
+            "ignored_capture_packets": replay.ignored,
             "msmq_not_published": dict(sorted(replay.skipped.items()))}
 
 
@@ -187,13 +205,19 @@ def cmd_capture(args) -> int:
     from .capture import live_capture
     from .publish import publish_envelope
     settings = settings_from(args)
-    ensure_topics(settings, {t: args.partitions for t in TOPICS.values()})
+    ensure_topics(settings, {t: args.partitions for t in (*TOPICS.values(), REJECTED_TOPIC)})
     pub = publisher(args.client, settings)
     reported = [0]
+    rejected = [0]
 
     def publish(items) -> None:
         for protocol, key, envelope in items:
             publish_envelope(pub, protocol, key, envelope)
+
+    def publish_one_rejected(record: dict) -> None:
+        publish_rejected(pub, record)
+        rejected[0] += 1
+        print(_rejected_line(record), file=sys.stderr, flush=True)
 
     def report_problems(replay) -> None:
         for problem in replay.problems[reported[0]:]:
@@ -202,6 +226,7 @@ def cmd_capture(args) -> int:
 
     try:
         replay = live_capture(args.interface, args.bpf, publish, on_progress=report_problems,
+                              publish_rejected=publish_one_rejected,
                               on_start=lambda: print(f"capturing on {args.interface}"
                                                      + (f" ({args.bpf})" if args.bpf else "")
                                                      + "; Ctrl-C stops", file=sys.stderr, flush=True))
@@ -213,7 +238,7 @@ def cmd_capture(args) -> int:
         return EXIT_FAILED
     pub.close()
     report_problems(replay)
-    print(json.dumps(_summary(replay.published, replay)))
+    print(json.dumps(_summary(replay.published, replay, rejected[0])))
     return 0
 
 
@@ -307,7 +332,7 @@ def register(sub) -> None:
     from .simulator import ATTACKS
     sim.add_argument("--attack", type=_attacks, default=[], metavar="KIND[,KIND...]",
                      help=f"inject hostile traffic the job reports in security_findings: {', '.join(ATTACKS)} "
-                          f"(listed in the truth file's `attacks`)")
+                          f"(listed in the truth file's `attacks`; mqqb-malformed with --pcap only)")
     sim.set_defaults(func=cmd_simulate)
 
     replay = psub.add_parser("replay", help="publish recorded messages: JSON lines, hex lines, raw files, pcap or "

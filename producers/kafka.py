@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streaming.wire.topics import OUTBOUND_TOPIC, PROTOCOL_HEADER, TOPICS  # noqa: F401  (re-exported)
+from streaming.wire.topics import OUTBOUND_TOPIC, PROTOCOL_HEADER, REJECTED_TOPIC, TOPICS  # noqa: F401  (re-exported)
 REACH_TIMEOUT_S = 5.0
 # librdkafka retries a record until this long after it was produced: a broker restart or a short
 # outage is waited out; what is still unconfirmed then is reported by Publisher.close().

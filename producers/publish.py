@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from streaming.wire.envelope import encode_envelope
+from streaming.wire.rejected import encode_rejected
+from streaming.wire.topics import REJECTED_TOPIC
 
 from .kafka import PROTOCOL_HEADER, TOPICS, Publisher
 
@@ -32,6 +34,12 @@ def publish_envelope(pub: Publisher, protocol: str, key: str, envelope: dict, to
     """Value: the framed Avro envelope; key: the destination machine; the protocol also in a header."""
     pub.send(topics[protocol], key.encode("utf-8"), encode_envelope(envelope),
              [(PROTOCOL_HEADER, envelope["protocol"].encode("ascii"))])
+
+
+def publish_rejected(pub: Publisher, record: dict) -> None:
+    """A rejected MQQB packet's record (streaming.wire.rejected) to its topic, keyed by its sender."""
+    pub.send(REJECTED_TOPIC, record["source_machine"].encode("utf-8"), encode_rejected(record),
+             [(PROTOCOL_HEADER, b"MQQB")])
 
 
 def publish_all(pub: Publisher, items: Iterable, *, rate: float | None = None, duration: float | None = None,

@@ -47,7 +47,10 @@ QUIET_TAIL_MS = 21 * 60_000
 NACK_CLASSES = ("NackBadSignature", "NackReachQueueTimeout", "NackBadDestQueue")
 UNAUTHENTICATED_KINDS = ("v1:unauthenticated", "attack:mqcn-unauthenticated")    # discarded: never delivered
 # --attack: each kind of hostile traffic the job reports as a security finding
-ATTACKS = ("dsrp-unsigned", "mqcn-unauthenticated", "mqcn-flood")
+ATTACKS = ("dsrp-unsigned", "mqcn-unauthenticated", "mqcn-flood", "mqqb-malformed")
+# injected by the capture writer into --pcap captures (an MQQB packet exists only on the wire)
+CAPTURE_ATTACKS = ("mqqb-malformed",)
+MESSAGE_ATTACKS = tuple(a for a in ATTACKS if a not in CAPTURE_ATTACKS)     # what the simulator itself injects
 UNSIGNED_TARGETS = ("ChangePropagation", "SyncReply", "PSCAck", "BSCAck", "AlreadyPurged")
 UNSIGNED_RATE, UNAUTHENTICATED_RATE = 0.01, 0.02
 FLOOD_EVERY, FLOOD_FIRST = 4_000, 100   # notifications between two floods, and before the first

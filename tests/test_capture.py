@@ -135,9 +135,32 @@ def test_a_malformed_packet_is_reported_with_its_position_and_the_stream_goes_on
     _write_stream(path, [good, bytes(bad), good])
     out = Replay()
     read_capture(path, out)
-    assert len(out.items) == 2
-    assert len(out.problems) == 1 and "stream byte" in out.problems[0].position
-    assert "MQQB" in out.problems[0].reason
+    assert len(out.items) == 2 and out.problems == []
+    (rejected,) = out.rejected                  # published to its own topic: a dead letter and a finding
+    assert rejected["capture"] == str(path) and rejected["position"].startswith("packet 2 (TCP 10.0.0.1:50000 > ")
+    assert "stream byte" in rejected["position"]
+    assert rejected["structure"] == "UserHeader" and rejected["field"] and rejected["reason"]
+    assert rejected["bytes"] == bytes(bad) and rejected["arrival_time"] == 1_700_000_001_000
+    assert (rejected["source_address"], rejected["destination_port"]) == ("10.0.0.1", 1801)
+    assert (rejected["source_machine"], rejected["destination_machine"]) == ("10.0.0.1", "dc1")
+
+
+def test_injected_lying_packets_are_each_rejected_and_the_traffic_reads_back_the_same(tmp_path):
+    """`produce simulate --attack mqqb-malformed --pcap`: replication packets sent again with a
+    MessageSize past the end of the packet (CVE-2023-21554's pattern); a replay rejects each one,
+    naming the two directory servers the truth lists, and reads every message as without them."""
+    _, messages = simulated(seed=5, count=3000)
+    clean, attacked = Replay(), Replay()
+    write(tmp_path / "clean.pcap", messages, seed=5)
+    writer = write(tmp_path / "attacked.pcap", messages, seed=5, malformed=True)
+    read_capture(tmp_path / "clean.pcap", clean)
+    read_capture(tmp_path / "attacked.pcap", attacked)
+    assert len(writer.attacks) >= 5 and clean.rejected == [] and attacked.problems == clean.problems == []
+    assert sorted((r["source_machine"], r["destination_machine"], r["arrival_time"]) for r in attacked.rejected) == \
+        sorted((a["source"], a["target"], a["arrival_ms"]) for a in writer.attacks)
+    assert {(r["structure"], r["field"]) for r in attacked.rejected} == {("MessagePropertiesHeader", "MessageSize")}
+    assert all("would run past the end of the packet" in r["reason"] for r in attacked.rejected)
+    assert attacked.items == clean.items
 
 
 def test_random_and_mutated_captures_only_ever_give_reported_problems(tmp_path):
@@ -160,7 +183,8 @@ def test_random_and_mutated_captures_only_ever_give_reported_problems(tmp_path):
         out = Replay()
         read_capture(path, out)                      # never raises
         assert all(p.position and p.reason for p in out.problems)
-        reported += bool(out.problems)
+        assert all(r["position"] and r["reason"] and r["bytes"] for r in out.rejected)
+        reported += bool(out.problems or out.rejected)
     assert reported >= 7                            # the damage was seen, not silently swallowed
 
 
@@ -193,8 +217,10 @@ def test_a_live_capture_publishes_what_crosses_the_interface_until_ctrl_c(broker
     from pathlib import Path
 
     from conftest import consume_all
+    from producers.capture_writer import lying_message_size
     from streaming.wire.envelope import decode_envelope
-    from streaming.wire.topics import TOPICS
+    from streaming.wire.rejected import decode_rejected
+    from streaming.wire.topics import REJECTED_TOPIC, TOPICS
     exe = shutil.which("dirstream", path=str(Path(sys.executable).parent))
     # Ctrl-C as a terminal delivers it, even when the suite itself was started in the background
     # (a non-interactive shell starts background commands with SIGINT ignored, and Python keeps that)
@@ -221,10 +247,12 @@ def test_a_live_capture_publishes_what_crosses_the_interface_until_ctrl_c(broker
         received = bytearray()
         accepted = threading.Thread(target=lambda: _drain(server, received), daemon=True)
         accepted.start()
+        lying = lying_message_size(mqqb.encode(messages[0]))
         with socket.create_connection(("127.0.0.1", 1801)) as client:
             client.sendall(mqqb.encode(mqqb.EstablishConnection(qm, uuid.UUID(int=0), 1, 0x1000)))
             for m in messages:
                 client.sendall(mqqb.encode(m))
+            client.sendall(lying)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
             udp.sendto(vector_mqsd(), ("127.0.0.1", 1801))
         accepted.join(10)
@@ -238,6 +266,10 @@ def test_a_live_capture_publishes_what_crosses_the_interface_until_ctrl_c(broker
     assert proc.returncode == 0, err
     summary = json.loads(out)
     assert summary["published"] == 3 and summary["skipped"] == 0, (summary, err)
+    assert summary["rejected_packets_published"] == 1 and "rejected lo:packet " in err
+    (rejected,) = [decode_rejected(r.value()) for r in consume_all(broker, REJECTED_TOPIC, expect=1)]
+    assert rejected["capture"] == "lo" and rejected["bytes"] == lying and rejected["field"] == "MessageSize"
+    assert (rejected["source_machine"], rejected["destination_port"]) == ("dc1", 1801)
     assert summary["msmq_not_published"] == {"MQQB EstablishConnection": 1, "other MSMQ messages": 1}
     dsrp = [decode_envelope(r.value()) for r in consume_all(broker, TOPICS["mqdsrp"], expect=1)]
     cn = [decode_envelope(r.value()) for r in consume_all(broker, TOPICS["mqcn"], expect=1)]

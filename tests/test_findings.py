@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from producers.simulator import ATTACKS, FLOOD_COPIES, Faults, Simulator
+from producers.simulator import FLOOD_COPIES, MESSAGE_ATTACKS, Faults, Simulator
 from replication_harness import OfflineJob
 from streaming.operators.findings import BUCKET_MS, FLOOD_PER_MINUTE, FindingLog
 
@@ -41,10 +41,10 @@ def test_traffic_with_every_ordinary_fault_gives_no_finding(seed):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_every_injected_attack_is_found_with_its_evidence(seed):
-    job, truth = _run(seed, 6000, ORDINARY_FAULTS, frozenset(ATTACKS))
+    job, truth = _run(seed, 6000, ORDINARY_FAULTS, frozenset(MESSAGE_ATTACKS))
     found = _findings(job)
     injected = Counter(a["kind"] for a in truth["attacks"])
-    assert set(injected) == set(ATTACKS), injected
+    assert set(injected) == set(MESSAGE_ATTACKS), injected
     for kind in ("dsrp-unsigned", "mqcn-unauthenticated"):
         rows = [r for r in found if r["kind"] == kind]
         assert sum(r["count"] for r in rows) == injected[kind], kind
@@ -65,10 +65,10 @@ def test_every_injected_attack_is_found_with_its_evidence(seed):
 
 
 def test_findings_are_the_same_however_the_micro_batches_fall():
-    whole, _ = _run(7, 5000, ORDINARY_FAULTS, frozenset(ATTACKS))
+    whole, _ = _run(7, 5000, ORDINARY_FAULTS, frozenset(MESSAGE_ATTACKS))
     assert _findings(whole)
     for cuts in (5, 40):
-        cut, _ = _run(7, 5000, ORDINARY_FAULTS, frozenset(ATTACKS), cuts)
+        cut, _ = _run(7, 5000, ORDINARY_FAULTS, frozenset(MESSAGE_ATTACKS), cuts)
         assert _findings(cut) == _findings(whole)
 
 
@@ -106,7 +106,7 @@ def test_attacks_leave_the_seeds_own_traffic_as_it_is(faults):
         sim = Simulator(seed=4, faults=faults, burst_rate=0.01, attacks=attacks)
         return [(m.kind, m.envelope["message_id"], m.envelope["arrival_time"], m.envelope["body"])
                 for m in sim.messages(5000) if not m.kind.startswith("attack:")]
-    assert traffic(frozenset(ATTACKS)) == traffic(frozenset())
+    assert traffic(frozenset(MESSAGE_ATTACKS)) == traffic(frozenset())
 
 
 def test_the_unauthenticated_fault_is_listed_and_found_as_a_finding():
@@ -170,8 +170,8 @@ def test_the_attacks_leave_every_replica_and_queue_manager_as_the_truth_says():
     every attack and every ordinary fault, the replicas and the queue managers still end exactly
     as the ground truth."""
     from test_replication_offline import differences, notification_differences
-    job, truth = _run(8, 5000, ORDINARY_FAULTS, frozenset(ATTACKS))
-    assert {a["kind"] for a in truth["attacks"]} == set(ATTACKS)
+    job, truth = _run(8, 5000, ORDINARY_FAULTS, frozenset(MESSAGE_ATTACKS))
+    assert {a["kind"] for a in truth["attacks"]} == set(MESSAGE_ATTACKS)
     assert differences(job, truth) == [] and notification_differences(job, truth) == []
 
 
@@ -179,7 +179,7 @@ def test_verify_holds_the_findings_to_the_attacks_the_truth_lists():
     """`dirstream verify`'s findings check: with every attack, what the job found is what was injected;
     without, nothing; a finding no attack explains, or one not found, is a difference."""
     from streaming.apps.verify import compare_findings
-    job, truth = _run(2, 5000, ORDINARY_FAULTS, frozenset(ATTACKS))
+    job, truth = _run(2, 5000, ORDINARY_FAULTS, frozenset(MESSAGE_ATTACKS))
     rows = _findings(job)
     assert compare_findings(truth, rows) == ([], f"{len(truth['attacks'])} attacks injected, "
                                                  f"{len({(r['kind'], r['source'], r['target']) for r in rows})} "

@@ -18,6 +18,11 @@ FLOOD_PER_MINUTE = 1_500
 
 # kind -> (severity, why it is a finding: the spec's words or the measured rule)
 KINDS: dict[str, tuple[str, str]] = {
+    "mqqb-malformed": (
+        "high", "an MQQB packet whose length or count fields break its own framing, or bytes on a TCP 1801 "
+                "session that are no packet (the session resynchronised after them): the pattern of "
+                "CVE-2023-21554 (QueueJumper), remote code execution through an MQQB length field; published "
+                "by the capture producers to msmq.qb.rejected"),
     "dsrp-unsigned": (
         "high", "a replication message without a signature (AuthenticationLevel None); Windows signs every "
                 "message carrying replication data (MC-MQDSRP 5.1, note <13>), and unsigned replication data "
@@ -72,16 +77,17 @@ class FindingLog:
         self.touched.add(key)
 
     def rows(self) -> list[tuple[str, dict]]:
-        out = []
-        for key in sorted(self.touched):
-            kind, source, target, bucket = key
-            agg = self.entries[key]
-            out.append(("security_findings", {
-                "kind": kind, "severity": KINDS[kind][0], "bucket": _iso(bucket), "source": source, "target": target,
-                "count": agg.count, "first_seen": _iso(agg.first_ms), "last_seen": _iso(agg.last_ms),
-                "evidence": {"first": agg.first, "last": agg.last}, "detail": agg.detail}))
+        out = [self.row(key) for key in sorted(self.touched)]
         self.touched = set()
         return out
+
+    def row(self, key: tuple) -> tuple[str, dict]:
+        kind, source, target, bucket = key
+        agg = self.entries[key]
+        return ("security_findings", {
+            "kind": kind, "severity": KINDS[kind][0], "bucket": _iso(bucket), "source": source, "target": target,
+            "count": agg.count, "first_seen": _iso(agg.first_ms), "last_seen": _iso(agg.last_ms),
+            "evidence": {"first": agg.first, "last": agg.last}, "detail": agg.detail})
 
     def forget(self, watermark_ms: int) -> None:
         """Buckets that ended before the watermark: no later message falls in them."""
@@ -90,6 +96,50 @@ class FindingLog:
 
     def to_list(self) -> list:
         return [(list(k), list(a.to_tuple())) for k, a in sorted(self.entries.items())]
+
+
+class RejectedPackets:
+    """mqqb-malformed findings of one sender: the packets capture producers rejected, in their
+    Kafka order. A bucket that ended KEEP_MS before the latest packet's time is final and
+    forgotten, decided packet by packet, so the rows are the same however the batches fall (a
+    capture replayed more than a day late starts its hours' rows afresh)."""
+    KEEP_MS = 24 * BUCKET_MS
+
+    def __init__(self, log: FindingLog | None = None, now_ms: int | None = None):
+        self.log = log or FindingLog()
+        self.now_ms = now_ms
+        self.final: list[tuple[str, dict]] = []     # rows of buckets forgotten since the last rows()
+
+    def record(self, packet: dict, where: dict) -> None:
+        """packet: a rejected packet's record (streaming.wire.rejected), its time in milliseconds."""
+        at = int(packet["arrival_time"])
+        self.log.record("mqqb-malformed", packet["source_machine"], packet["destination_machine"], at,
+                        dict(where, capture=packet["capture"], position=packet["position"]),
+                        detail={"reason": f"{packet['structure']}.{packet['field']} at byte "
+                                          f"{packet['byte_offset']}: {packet['reason']}",
+                                "destination_port": packet["destination_port"]},
+                        most={"bytes": len(packet["bytes"])})
+        self.now_ms = at if self.now_ms is None else max(self.now_ms, at)
+        horizon = self.now_ms - self.KEEP_MS
+        for key in [k for k in self.log.entries if k[3] + BUCKET_MS <= horizon]:
+            if key in self.log.touched:
+                self.final.append(self.log.row(key))
+                self.log.touched.discard(key)
+            del self.log.entries[key]
+
+    def rows(self) -> list[tuple[str, dict]]:
+        out, self.final = self.final + self.log.rows(), []
+        return out
+
+    def to_json(self) -> str:
+        import json
+        return json.dumps([self.log.to_list(), self.now_ms])
+
+    @classmethod
+    def from_json(cls, text: str) -> "RejectedPackets":
+        import json
+        entries, now_ms = json.loads(text)
+        return cls(FindingLog(entries), now_ms)
 
 
 def evidence(topic: str | None, partition, offset, message_id: str | None) -> dict:

@@ -10,7 +10,8 @@ import fastavro
 import pyarrow as pa
 
 from ..wire.envelope import EnvelopeError, schema_text, unframe
-from ..wire.topics import PROTOCOL_OF_TOPIC
+from ..wire.rejected import RejectedPacket, decode_rejected
+from ..wire.topics import PROTOCOL_OF_TOPIC, REJECTED_TOPIC
 from ..wire import WireError, decode
 from .columns import DECODED_COLUMNS, JOB_COLUMNS, SUMMARY_COLUMNS
 
@@ -23,9 +24,9 @@ ENVELOPE_FIELDS = ("message_id", "message_class", "sender_identifier_type", "sen
                    "destination_queue", "sent_time", "arrival_time")
 
 
-def _plain_envelope_schema():
-    """The envelope schema with logical types removed: timestamps stay int milliseconds (faster)."""
-    raw = json.loads(schema_text("envelope"))
+def _plain_schema(name: str = "envelope"):
+    """A schema with logical types removed: timestamps stay int milliseconds (faster)."""
+    raw = json.loads(schema_text(name))
     for f in raw["fields"]:
         if isinstance(f["type"], dict):
             f["type"].pop("logicalType", None)
@@ -34,7 +35,8 @@ def _plain_envelope_schema():
 
 class Decoder:
     def __init__(self, body: bool = True):
-        self.schema = _plain_envelope_schema()
+        self.schema = _plain_schema()
+        self.rejected_schema = _plain_schema("mqqb_rejected")
         self.body = body                    # False: the envelope only; the body is left to its operator
 
     def envelope(self, value: bytes | None) -> dict:
@@ -43,6 +45,8 @@ class Decoder:
     def check(self, topic: str, value: bytes | None) -> tuple:
         """(protocol, envelope, decoded body, error): the envelope and (if self.body) the body decoded
         with the wire codec; error is the EnvelopeError or WireError of a record that fails, else None."""
+        if topic == REJECTED_TOPIC:
+            return self.rejected(value)
         protocol = PROTOCOL_OF_TOPIC.get(topic)
         env = None
         try:
@@ -55,6 +59,20 @@ class Decoder:
             return protocol, env, decode(protocol, env["body"]) if self.body else None, None
         except (EnvelopeError, WireError) as exc:
             return protocol, env, None, exc
+
+    def rejected(self, value: bytes | None) -> tuple:
+        """A packet a capture producer rejected: always a dead letter (RejectedPacket, the producer's
+        reason); its envelope fields are the record's addresses and capture time, its body the
+        record itself (the finding's evidence)."""
+        try:
+            record = decode_rejected(value, self.rejected_schema)
+        except EnvelopeError as exc:
+            return "mqqb", None, None, exc
+        env = dict.fromkeys(ENVELOPE_FIELDS)
+        env.update(protocol="MQQB", source_machine=record["source_machine"],
+                   destination_machine=record["destination_machine"], destination_queue=None,
+                   sent_time=record["arrival_time"], arrival_time=record["arrival_time"], body=value)
+        return "mqqb", env, record, RejectedPacket(record)
 
     def row(self, topic: str, partition: int, offset: int, ts, key: bytes | None, value: bytes | None) -> tuple:
         """One output row, as a tuple in DECODED_ARROW order."""
@@ -195,11 +213,12 @@ def _dead_row(topic, partition, offset, protocol, key, env, exc, value) -> tuple
 # ---------------------------------------------------------------------------- job mode
 # decode=job: the one query's source. Every record is read and decoded (envelope and body) once:
 # the good ones become rows for the protocol operators, each with the key of the operator that
-# takes it (operator_key); the task's counts and dead letters (TaskSummary) become one more row whose
+# takes it (operator_key), and so does each rejected MQQB packet (a dead letter as well); the task's counts and dead letters (TaskSummary) become one more row whose
 # `summary` is an Arrow IPC stream of SUMMARY_ARROW rows, passed on to the sink untouched.
 JOB_FIELDS = [(name, _ARROW_TYPES[spark_type]) for name, spark_type in JOB_COLUMNS]
 JOB_ARROW = pa.schema(JOB_FIELDS)
 REPLICA, REQUEST, PASS_ON = "R|", "D|", "P|"        # operator_key prefixes (streaming.spark.job_query)
+FINDING = "F|"                                      # a rejected MQQB packet, by sender (a dead letter too)
 JOB_CHUNK = 20_000
 
 
@@ -212,8 +231,9 @@ def job_batches(topic: str, partition: int, records, chunk: int = JOB_CHUNK):
     for offset, ts, key, value in records:
         protocol, env, record, exc = decoder.check(topic, value)
         summary.count(offset, ts, key, value, protocol, env, exc)
-        if exc is None:
-            rows.append((_operator_key(protocol, record, env, pass_on), topic, partition, offset, protocol,
+        if exc is None or isinstance(exc, RejectedPacket):
+            key = FINDING + env["source_machine"] if exc is not None else _operator_key(protocol, record, env, pass_on)
+            rows.append((key, topic, partition, offset, protocol,
                          env["message_id"], env["message_class"], env["sender_identifier_type"],
                          env["authentication_level"], env["source_machine"], env["destination_machine"],
                          env["destination_queue"], env["arrival_time"] * 1000, env["body"], None))

@@ -13,7 +13,7 @@ import logging
 
 from confluent_kafka import Consumer, TopicPartition
 
-from ..wire.envelope import EnvelopeError, decode_envelope, millis
+from ..wire.envelope import EnvelopeError, arrival_ms_of
 from .kafka_offsets import READ_AHEAD
 
 log = logging.getLogger("dirstream.clock")
@@ -69,7 +69,7 @@ class ArrivalIndex:
                 self._arrivals.clear()
             value = self._fetched.pop(key) if key in self._fetched else self.value_at(tp, offset)
             try:
-                self._arrivals[key] = millis(decode_envelope(value)["arrival_time"]) if value else None
+                self._arrivals[key] = arrival_ms_of(value) if value else None
             except EnvelopeError:
                 self._arrivals[key] = None
         return self._arrivals[key]

@@ -6,6 +6,7 @@ plan, one foreachBatch writing every table of a micro-batch in one sink transact
         -> DirectoryProcessor, keyed by operator_key:
                R|server      the MQDSRP replica of that directory server
                D|request     the MQSD request (its RequestID)
+               F|sender      the MQQB packets a capture producer rejected (mqqb-malformed findings)
                P|topic|part  passes MQCN records and task summaries on
            its output: sink rows (typed chunks) and the MQCN operator's input (notifications, and the
            directory versions the replicas derived, keyed by the owning queue manager)
@@ -32,15 +33,16 @@ import zlib
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from .decode import PASS_ON, REPLICA
+from .decode import FINDING, PASS_ON, REPLICA, REQUEST
 from .discovery_query import DiscoveryProcessor
+from .rejected_query import RejectedPacketsProcessor
 from .notification_query import NotificationProcessor
 from . import RECORDS_PER_TASK
 from .pipeline import BatchWriter, _start, checkpoint_query_id
 from .stateful import batch_rows
 from .replication_query import VERSIONS, ReplicationProcessor
 from ..operators.notification_input import DIRECTORY, ROW_FIELDS
-from ..wire.topics import TOPICS
+from ..wire.topics import REJECTED_TOPIC, TOPICS
 
 WATERMARK_DELAY = "10 seconds"
 RAW_SUMMARY = "~raw"                        # a reading task's counts and dead letters (decode.TaskSummary)
@@ -75,10 +77,13 @@ class DirectoryProcessor(StatefulProcessor):
     def __init__(self, pec_name: str | None = None, id_scope: str = ""):
         self.replicas = ReplicationProcessor(pec_name, id_scope)
         self.requests = DiscoveryProcessor()
+        self.rejected = RejectedPacketsProcessor()
+        self.inner = {REPLICA: self.replicas, REQUEST: self.requests, FINDING: self.rejected}
 
     def init(self, handle) -> None:
         self.replicas.init(handle)          # each registers its own state variables on the one handle
         self.requests.init(handle)
+        self.rejected.init(handle)
         self.seq = itertools.count()        # this task's sink rows, in the order they were written
 
     def handleInputRows(self, key, rows, timerValues):
@@ -86,13 +91,13 @@ class DirectoryProcessor(StatefulProcessor):
         if origin.startswith(PASS_ON):
             yield from self._pass_on(origin, rows)
             return
-        inner = self.replicas if origin.startswith(REPLICA) else self.requests
+        inner = self.inner[origin[:2]]
         for out in inner.handleInputRows((origin[2:],), rows, timerValues):
             yield self._frame(origin, out)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         origin = key[0]
-        inner = self.replicas if origin.startswith(REPLICA) else self.requests
+        inner = self.inner[origin[:2]]
         for out in inner.handleExpiredTimer((origin[2:],), timerValues, expiredTimerInfo):
             yield self._frame(origin, out)
 
@@ -185,6 +190,7 @@ def start_job_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict,
     outbound_topic is set, to Kafka."""
     opts = {k: v for k, v in source_opts.items() if k != "topicPattern"}
     opts["topics"] = ",".join(TOPICS.values())
+    opts["optionalTopics"] = REJECTED_TOPIC     # created by a capture producer when it rejects a packet
     if records_per_task:
         opts["maxRecordsPerPartition"] = str(records_per_task)
     query_id = checkpoint_query_id(checkpoint)

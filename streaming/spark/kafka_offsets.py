@@ -39,9 +39,10 @@ def nest(flat: dict[tuple[str, int], int]) -> TopicPartitions:
 
 class EndOffsets:
     def __init__(self, conf: dict, topics: list[str] | None = None, pattern: str | None = None,
-                 broker_wait_s: float = BROKER_WAIT_S):
+                 broker_wait_s: float = BROKER_WAIT_S, optional: tuple[str, ...] = ()):
         self.conf = dict(conf)
         self.topics, self.pattern = topics, re.compile(pattern) if pattern else None
+        self.optional = tuple(optional)     # read once they exist (a producer creates them when it has something)
         self.broker_wait_s = broker_wait_s
         self._consumer: Consumer | None = None
 
@@ -88,7 +89,7 @@ class EndOffsets:
             if missing:
                 raise SourceError(f"topic(s) {', '.join(missing)} do not exist on "
                                   f"{self.conf.get('bootstrap.servers')}; create them or check --topics")
-            names = self.topics
+            names = list(self.topics) + [t for t in self.optional if t in meta.topics and t not in self.topics]
         return [(t, p) for t in names for p in sorted(meta.topics[t].partitions)]
 
     def low(self, tp: tuple[str, int]) -> int:

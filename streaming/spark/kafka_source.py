@@ -7,6 +7,7 @@ batches. Options:
   bootstrap          Kafka bootstrap servers (required)
   topics             comma-separated topic names, or
   topicPattern       a regular expression over topic names (new matching topics are picked up)
+  optionalTopics     comma-separated topics read too once they exist (picked up when created)
   startingOffsets    earliest (default), latest, or JSON {"topic": {"0": 42}}
   maxRecordsPerBatch cap on records per micro-batch (admission control)
   maxRecordsPerPartition  split a Kafka partition's range into Spark partitions of at most this many
@@ -117,6 +118,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not topics and not self.pattern:
             raise SourceError("the msmq_kafka source needs the option topics or topicPattern")
         self.topics = topics or None
+        self.optional = tuple(t.strip() for t in options.get("optionaltopics", "").split(",") if t.strip())
         self.max_records = int(options["maxrecordsperbatch"]) if options.get("maxrecordsperbatch") else None
         self.max_per_partition = _positive(options, "maxRecordsPerPartition")
         self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
@@ -145,7 +147,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def offsets(self) -> EndOffsets:
         if self._offsets is None:
-            self._offsets = EndOffsets(self.conf, self.topics, self.pattern)
+            self._offsets = EndOffsets(self.conf, self.topics, self.pattern, optional=self.optional)
         return self._offsets
 
     # ---------------------------------------------------------------- offsets

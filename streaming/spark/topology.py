@@ -1,6 +1,6 @@
 """The job's query: what it reads and derives, and how a checkpoint of an earlier layout is told.
 
-    msmq.cn.raw, msmq.dsrp.raw, msmq.sd.raw --> the job (one query, streaming.spark.job_query)
+    msmq.cn.raw, msmq.dsrp.raw, msmq.sd.raw, msmq.qb.rejected --> the job (one query, streaming.spark.job_query)
         raw_messages_seen, dead_letters, pipeline_progress, the replication, discovery and
         notification tables (one sink transaction per micro-batch), msmq.dsrp.out
 
@@ -9,7 +9,7 @@ With --topics or --topic-pattern the raw query alone runs (counts and dead lette
 import os
 from dataclasses import dataclass, field
 
-from ..wire.topics import OUTBOUND_TOPIC, TOPICS
+from ..wire.topics import OUTBOUND_TOPIC, SOURCE_TOPICS, TOPICS
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class QuerySpec:
 
 RAW = QuerySpec("dirstream", "raw", "dirstream", tuple(TOPICS.values()),
                 ("raw_messages_seen", "dead_letters", "pipeline_progress"))
-JOB = QuerySpec("dirstream", "job", "dirstream", tuple(TOPICS.values()),
+JOB = QuerySpec("dirstream", "job", "dirstream", SOURCE_TOPICS,
                 ("raw_messages_seen", "dead_letters", "pipeline_progress", "replication tables", "discovery tables",
                  "notification tables", OUTBOUND_TOPIC))
 # the four queries' checkpoint folders before the job became one query

@@ -17,7 +17,7 @@ import fastavro
 
 from . import record_to_dict
 
-SCHEMA_IDS = {"envelope": 1, "mqcn": 2, "mqdsrp": 3, "mqsd": 4}
+SCHEMA_IDS = {"envelope": 1, "mqcn": 2, "mqdsrp": 3, "mqsd": 4, "mqqb_rejected": 5}
 SCHEMA_NAMES = {v: k for k, v in SCHEMA_IDS.items()}
 MAGIC = 0
 PROTOCOL_NAMES = {"mqcn": "MQCN", "mqdsrp": "MQDSRP", "mqsd": "MQSD"}
@@ -110,6 +110,14 @@ def encode_envelope(envelope: dict) -> bytes:
 
 def decode_envelope(data: bytes) -> dict:
     return unframe(data, "envelope")[1]
+
+
+def arrival_ms_of(data: bytes) -> int:
+    """The arrival time of a raw topic's record: an envelope's, or a rejected MQQB packet's capture time."""
+    name, datum = unframe(data)
+    if "arrival_time" not in datum:
+        raise EnvelopeError("(schema id)", 1, f"a bare {name} record has no arrival time")
+    return millis(datum["arrival_time"])
 
 
 def millis(value: datetime | int) -> int:

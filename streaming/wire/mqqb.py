@@ -1310,6 +1310,10 @@ def sid_bytes(text: str) -> bytes:
 
 
 # ============================================================================ stream deframing
+# the bytes a rejected packet's WireError keeps as evidence (its `data`)
+REJECTED_BYTES_MAX = 65_536
+
+
 class PacketStream:
     """Sans-IO deframer for one direction of a reassembled TCP 1801 byte stream.
 
@@ -1317,7 +1321,8 @@ class PacketStream:
     fed (plus any `lost` declared to gap()). A packet whose BaseHeader frames it but whose content is malformed
     yields its WireError and the stream goes on after it. A BaseHeader that cannot start a packet loses the
     stream: one WireError is reported at its offset, then the stream is scanned for the next plausible
-    BaseHeader (VersionNumber 0x10, the signature, a PacketSize a packet of its kind can have).
+    BaseHeader (VersionNumber 0x10, the signature, a PacketSize a packet of its kind can have). Each
+    WireError keeps the rejected bytes as `data` (at most REJECTED_BYTES_MAX).
     """
 
     def __init__(self, synced: bool = True):
@@ -1362,6 +1367,7 @@ class PacketStream:
         try:
             total = packet_length(bytes(self._buf[pos:pos + BASE_HEADER_SIZE]))
         except WireError as err:
+            err.data = bytes(self._buf[pos:pos + REJECTED_BYTES_MAX])     # the broken header and what follows it
             out.append((self._base + pos, err))
             self._scanning = True
             return pos + 1
@@ -1370,6 +1376,7 @@ class PacketStream:
         try:
             result = parse_packet(bytes(self._buf[pos:pos + total]))
         except WireError as err:
+            err.data = bytes(self._buf[pos:pos + min(total, REJECTED_BYTES_MAX)])
             result = err
         out.append((self._base + pos, result))
         return pos + total
