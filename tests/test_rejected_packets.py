@@ -1,5 +1,6 @@
 """MQQB packets a capture producer rejected (msmq.qb.rejected): each one a dead letter with the
 producer's reason and an mqqb-malformed security finding, the same however the batches fall."""
+import json
 import random
 
 import pyarrow as pa
@@ -112,3 +113,24 @@ def test_simulate_refuses_the_capture_attack_without_a_capture(capsys):
     assert main(["produce", "simulate", "--bootstrap", "127.0.0.1:1", "--count", "10",
                  "--attack", "mqqb-malformed"]) == 2
     assert "mqqb-malformed is injected into packet captures only: add --pcap FILE" in capsys.readouterr().err
+
+
+def test_the_jobs_first_operator_keeps_a_senders_findings_in_its_state_across_batches():
+    """DirectoryProcessor, F|sender key (TwsTester): the rows the reading task keyed, in two
+    batches; the second batch's row is the whole aggregate."""
+    import pandas as pd
+    from pyspark.sql.streaming.tws_tester import TwsTester
+    from streaming.sinks.typed import unpack
+    from streaming.spark.job_query import DirectoryProcessor
+    values = [encode_rejected(_record(n, T0 + n * 1000)) for n in range(5)]
+    rows = pa.Table.from_batches(list(job_batches(REJECTED_TOPIC, 0, [(n, None, b"psc9", v)
+                                                                      for n, v in enumerate(values)])))
+    frame = rows.to_pandas()
+    frame = frame[frame["summary"].isna()].assign(arrival_ms=lambda f: f["arrival_time"].astype("int64") // 1000)
+    assert set(frame["operator_key"]) == {FINDING + "psc9"}
+    tester = TwsTester(DirectoryProcessor(), timeMode="EventTime", eventTimeExtractor=lambda r: int(r["arrival_ms"]))
+    outs = [tester.testInPandas(FINDING + "psc9", part.reset_index(drop=True)) for part in (frame[:2], frame[2:])]
+    found = [[row for table, chunk in zip(out["table_name"], out["rows"]) if table == "security_findings"
+              for batch in unpack(chunk) for row in batch.to_pylist()] for out in outs]
+    assert [[r["count"] for r in f] for f in found] == [[2], [5]]
+    assert json.loads(found[1][0]["evidence"])["last"]["offset"] == 4 and found[1][0]["source"] == "psc9"

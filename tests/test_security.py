@@ -44,18 +44,23 @@ def test_the_secured_broker_answers_only_authenticated_tls_clients(secured):
 
 
 def test_replay_respond_run_and_verify_work_unchanged_on_the_secured_broker(secured, tmp_path):
-    """A simulated capture replayed (the capture decoding and publishing of `produce capture`),
-    the responder, `run --once` until verify is clean: all through the file. (A continuous run on
-    the secured broker is the no-secret test's, below.)"""
+    """A simulated capture with lying MQQB packets in it replayed (the capture decoding and
+    publishing of `produce capture`: the rejected packets to their own topic), the responder,
+    `run --once` until verify is clean, its findings check included (each rejected packet an
+    mqqb-malformed finding): all through the file. (A continuous run on the secured broker is
+    the no-secret test's, below.)"""
     config = str(secured.client_properties)
     kafka = ("--bootstrap", secured.bootstrap, "--kafka-config", config)
     truth, capture = tmp_path / "truth.json", tmp_path / "sim.pcapng"
     written = dirstream("produce", "simulate", "--seed", "30", "--count", "1200", "--truth", str(truth),
-                        "--pcap", str(capture))
+                        "--pcap", str(capture), "--attack", "mqqb-malformed")
     assert written.returncode == 0, written.stderr[-2000:]
+    injected = [a for a in json.loads(truth.read_text())["attacks"] if a["kind"] == "mqqb-malformed"]
     replayed = dirstream("produce", "replay", *kafka, str(capture))
     assert replayed.returncode == 0, replayed.stderr[-2000:]
-    assert json.loads(replayed.stdout)["published"] == json.loads(written.stdout)["written"]
+    summary = json.loads(replayed.stdout)
+    assert summary["published"] == json.loads(written.stdout)["written"]
+    assert summary["rejected_packets_published"] == len(injected) > 0
     responder = subprocess.Popen([*_exe("produce", "respond"), *kafka, "--truth", str(truth), "--idle-exit", "60"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sink = f"sqlite:///{tmp_path / 'sink.db'}"
@@ -73,6 +78,14 @@ def test_replay_respond_run_and_verify_work_unchanged_on_the_secured_broker(secu
         _, err = responder.communicate(30)
     assert verified.returncode == 0, verified.stdout[-3000:]
     assert "Traceback" not in err, err[-2000:]       # (librdkafka may log its shutdown's disconnections)
+    from streaming.sinks import open_sink
+    db = open_sink(sink)
+    try:
+        dead = db.query("SELECT COUNT(*) AS n FROM dead_letters WHERE protocol = 'mqqb'")[0]["n"]
+        found = db.query("SELECT SUM(count) AS n FROM security_findings WHERE kind = 'mqqb-malformed'")[0]["n"]
+    finally:
+        db.close()
+    assert dead == found == len(injected)
 
 
 def _continuously(secured, sink: str, job_dir, published: int) -> subprocess.CompletedProcess:

@@ -10,6 +10,8 @@ replay writes the same rows again.
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from ..wire.envelope import millis
+
 BUCKET_MS = 3_600_000               # one row per (kind, source, target) and hour
 # mqcn-flood: the simulator's busiest legitimate queue manager takes at most about 650 notifications
 # in a minute (bursts of 100-130 changes, MS-MQCN note <3>, at the test suite's burst rate); a
@@ -111,8 +113,8 @@ class RejectedPackets:
         self.final: list[tuple[str, dict]] = []     # rows of buckets forgotten since the last rows()
 
     def record(self, packet: dict, where: dict) -> None:
-        """packet: a rejected packet's record (streaming.wire.rejected), its time in milliseconds."""
-        at = int(packet["arrival_time"])
+        """packet: a rejected packet's record (streaming.wire.rejected)."""
+        at = millis(packet["arrival_time"])
         self.log.record("mqqb-malformed", packet["source_machine"], packet["destination_machine"], at,
                         dict(where, capture=packet["capture"], position=packet["position"]),
                         detail={"reason": f"{packet['structure']}.{packet['field']} at byte "
