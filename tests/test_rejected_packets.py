@@ -134,3 +134,10 @@ def test_the_jobs_first_operator_keeps_a_senders_findings_in_its_state_across_ba
               for batch in unpack(chunk) for row in batch.to_pylist()] for out in outs]
     assert [[r["count"] for r in f] for f in found] == [[2], [5]]
     assert json.loads(found[1][0]["evidence"])["last"]["offset"] == 4 and found[1][0]["source"] == "psc9"
+
+
+def test_the_security_page_shows_where_in_kafka_and_in_the_capture_a_rejected_packet_is():
+    from streaming.apps.dashboard_pages import _where
+    where = dict(evidence(REJECTED_TOPIC, 2, 11, None), capture="site.pcapng", position="packet 7 (TCP ...)")
+    assert _where(where) == "msmq.qb.rejected[2]@11 (site.pcapng:packet 7 (TCP ...))"
+    assert _where(evidence("msmq.cn.raw", 0, 5, "m-1")) == "msmq.cn.raw[0]@5 (m-1)"

@@ -18,8 +18,9 @@ HOW_TO_FILL = {
     "replication_partitions": "No replication state yet: publish MQDSRP traffic (`dirstream produce simulate`) and "
                               "run the job.",
     "directory_objects": "No directory objects yet: the replication operator fills this from MQDSRP traffic.",
-    "security_findings": "No security findings: no unsigned replication message, unauthenticated notification "
-                         "or notification flood so far (`dirstream produce simulate --attack ...` injects them).",
+    "security_findings": "No security findings: no malformed MQQB packet in a capture, unsigned replication "
+                         "message, unauthenticated notification or notification flood so far "
+                         "(`dirstream produce simulate --attack ...` injects them).",
     "notifications": "No notifications yet: the MQCN operator fills this from msmq.cn.raw (timers fire 1 to 15 "
                      "minutes of event time after a notification).",
     "discovery_requests": "No discovery requests yet: the MQSD operator fills this from msmq.sd.raw.",
@@ -308,10 +309,12 @@ def security_page(r: SinkReader):
 
 
 def _where(e: dict | None) -> str:
-    """A finding's evidence as a Kafka coordinate: topic[partition]@offset (message id)."""
+    """A finding's evidence as a Kafka coordinate, topic[partition]@offset, then the message id, or
+    for a rejected MQQB packet the capture and the position in it."""
     if not e:
         return ""
-    return f"{e.get('topic')}[{e.get('partition')}]@{e.get('offset')} ({e.get('message_id')})"
+    then = f"{e['capture']}:{e.get('position')}" if e.get("capture") else e.get("message_id")
+    return f"{e.get('topic')}[{e.get('partition')}]@{e.get('offset')} ({then})"
 
 
 ROUTES = {"/pipeline": pipeline_page, "/replication": replication_page, "/directory": directory_page,
