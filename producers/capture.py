@@ -8,6 +8,9 @@
   queue), MQCN to the notification queue (MS-MQCN 1.9: PRIVATE=<QM GUID>\\3). Other MSMQ messages
   and the session packets are counted, not published.
 - UDP 1801: MQSD datagrams, as before.
+- An MQQB packet that breaks its own framing, or bytes that are no packet, is rejected: its bytes,
+  position and reason go to their own topic (streaming.wire.rejected), where the job records
+  them as a dead letter and a security finding.
 
 Captures carry addresses and queue manager GUIDs, not machine names; names come from the
 captured traffic itself (MachineNames): a message to DIRECT=OS:<name>... names the address it was
@@ -180,7 +183,7 @@ class Flow:
 
 
 class CaptureDecoder:
-    """Turns captured IP packets into Seen messages, MQSD items and problems (no I/O)."""
+    """Turns captured IP packets into Seen messages, MQSD items, rejected MQQB packets and problems (no I/O)."""
 
     def __init__(self, out: Replay, names: MachineNames, on_seen, on_rejected=lambda rejected: None):
         self.out, self.names, self.on_seen, self.on_rejected = out, names, on_seen, on_rejected
