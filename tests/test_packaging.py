@@ -13,7 +13,7 @@ import pytest
 from conftest import vector
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMAS = {"envelope.avsc", "mqcn.avsc", "mqdsrp.avsc", "mqsd.avsc"}
+SCHEMAS = {"envelope.avsc", "mqcn.avsc", "mqdsrp.avsc", "mqqb_rejected.avsc", "mqsd.avsc"}
 
 
 def deps_only_python(where: Path) -> Path:

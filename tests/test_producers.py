@@ -186,7 +186,8 @@ def test_replay_every_format(broker, tmp_path):
                      str(raw_dir), str(tmp_path / "cap.pcap"), str(tmp_path / "cap.pcapng"))
     assert done.returncode == 1, done.stderr
     result = json.loads(done.stdout)
-    assert result == {"published": 2 + 2 + 2 + 2, "skipped": 2, "ignored_capture_packets": 1, "msmq_not_published": {}}
+    assert result == {"published": 2 + 2 + 2 + 2, "skipped": 2, "rejected_packets_published": 0,
+                      "ignored_capture_packets": 1, "msmq_not_published": {}}
     assert "bodies.hex:2: not hexadecimal" in done.stderr and "cap.pcap:packet 4" in done.stderr
 
     bodies = sorted(decode_envelope(r.value())["body"] for r in consume_all(broker, TOPICS["mqsd"], expect=9))
