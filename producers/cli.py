@@ -10,7 +10,7 @@ from infra.broker import (DEFAULT_BOOTSTRAP, DEFAULT_HEAP, DEFAULT_HOST, DEFAULT
 
 from .kafka import (CLIENTS, OUTBOUND_TOPIC, REJECTED_TOPIC, TOPICS, KafkaSecurityError, KafkaSettings,
                     KafkaUnavailable, ensure_topics, publisher)
-from .publish import publish_all, publish_rejected
+from .publish import REJECTED, in_time_order, publish_all, publish_rejected
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -173,19 +173,19 @@ def cmd_replay(args) -> int:
     for record in replay.rejected:
         print(_rejected_line(record), file=sys.stderr)
     settings = settings_from(args)
-    published = 0
+    published = rejected = 0
     if replay.items or replay.rejected:
         topics = {TOPICS[p]: args.partitions for p in {i[0] for i in replay.items}}
         if replay.rejected:
             topics[REJECTED_TOPIC] = args.partitions
         ensure_topics(settings, topics)
         pub = publisher(args.client, settings)
-        if replay.items:
-            published = publish_all(pub, replay.items, rate=args.rate, total=len(replay.items)).total
-        for record in replay.rejected:
-            publish_rejected(pub, record)
+        stats = publish_all(pub, in_time_order(replay.items, replay.rejected), rate=args.rate,
+                            total=len(replay.items) + len(replay.rejected))
+        rejected = stats.per_protocol[REJECTED]
+        published = stats.total - rejected
         pub.close()
-    print(json.dumps(_summary(published, replay, len(replay.rejected))))
+    print(json.dumps(_summary(published, replay, rejected)))
     return EXIT_FAILED if replay.problems else 0
 
 

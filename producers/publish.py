@@ -36,6 +36,19 @@ def publish_envelope(pub: Publisher, protocol: str, key: str, envelope: dict, to
              [(PROTOCOL_HEADER, envelope["protocol"].encode("ascii"))])
 
 
+REJECTED = "mqqb-rejected"          # publish_all's protocol of a rejected packet's record
+
+
+def in_time_order(items: list, rejected: list[dict]) -> Iterable:
+    """A capture's messages and its rejected packets' records as publish_all items, merged by time,
+    so that a rejected packet reaches Kafka with the messages of its time and the job, whose event
+    time follows what it has read, does not take it as late."""
+    import heapq
+    from streaming.wire.envelope import millis
+    tagged = ((REJECTED, r["source_machine"], r) for r in rejected)
+    return heapq.merge(items, tagged, key=lambda item: millis(item[2]["arrival_time"]))
+
+
 def publish_rejected(pub: Publisher, record: dict) -> None:
     """A rejected MQQB packet's record (streaming.wire.rejected) to its topic, keyed by its sender."""
     pub.send(REJECTED_TOPIC, record["source_machine"].encode("utf-8"), encode_rejected(record),
@@ -45,7 +58,8 @@ def publish_rejected(pub: Publisher, record: dict) -> None:
 def publish_all(pub: Publisher, items: Iterable, *, rate: float | None = None, duration: float | None = None,
                 on_deadline=None, progress=sys.stderr, topics: dict[str, str] = TOPICS,
                 total: int | None = None) -> PublishStats:
-    """Publish (protocol, key, envelope) items. `rate` caps messages per second; after `duration`
+    """Publish (protocol, key, envelope) items; an item of protocol REJECTED carries a rejected MQQB
+    packet's record instead of an envelope. `rate` caps messages per second; after `duration`
     seconds on_deadline() is called once (the simulator then winds down). Ctrl-C stops early;
     everything already handed to the client is still flushed and confirmed by the caller's close().
     Progress: a bar on a terminal (of `total` when known), else a line every second."""
@@ -55,7 +69,10 @@ def publish_all(pub: Publisher, items: Iterable, *, rate: float | None = None, d
     bar = ProgressBar(progress, total) if progress and progress.isatty() else None
     try:
         for protocol, key, envelope in items:
-            publish_envelope(pub, protocol, key, envelope, topics)
+            if protocol == REJECTED:
+                publish_rejected(pub, envelope)
+            else:
+                publish_envelope(pub, protocol, key, envelope, topics)
             stats.per_protocol[protocol] += 1
             now = time.monotonic()
             if rate:

@@ -141,3 +141,15 @@ def test_the_security_page_shows_where_in_kafka_and_in_the_capture_a_rejected_pa
     where = dict(evidence(REJECTED_TOPIC, 2, 11, None), capture="site.pcapng", position="packet 7 (TCP ...)")
     assert _where(where) == "msmq.qb.rejected[2]@11 (site.pcapng:packet 7 (TCP ...))"
     assert _where(evidence("msmq.cn.raw", 0, 5, "m-1")) == "msmq.cn.raw[0]@5 (m-1)"
+
+
+def test_a_replay_publishes_each_rejected_packet_among_the_messages_of_its_time():
+    """The job's event time follows what it has read: a rejected packet published after the whole
+    capture's messages would be late for its finding."""
+    from producers.publish import REJECTED, in_time_order
+    items = [("mqcn", "qm", {"arrival_time": t}) for t in (10, 20, 30, 40)]
+    rejected = [_record(1, 15), _record(2, 40), _record(3, 45)]
+    merged = list(in_time_order(items, rejected))
+    assert [(p, e["arrival_time"]) for p, _k, e in merged] == [
+        ("mqcn", 10), (REJECTED, 15), ("mqcn", 20), ("mqcn", 30), ("mqcn", 40), (REJECTED, 40), (REJECTED, 45)]
+    assert [k for p, k, _e in merged if p == REJECTED] == ["psc9"] * 3
