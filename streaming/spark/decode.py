@@ -213,8 +213,9 @@ def _dead_row(topic, partition, offset, protocol, key, env, exc, value) -> tuple
 # ---------------------------------------------------------------------------- job mode
 # decode=job: the one query's source. Every record is read and decoded (envelope and body) once:
 # the good ones become rows for the protocol operators, each with the key of the operator that
-# takes it (operator_key), and so does each rejected MQQB packet (a dead letter as well); the task's counts and dead letters (TaskSummary) become one more row whose
-# `summary` is an Arrow IPC stream of SUMMARY_ARROW rows, passed on to the sink untouched.
+# takes it (operator_key), and so does each rejected MQQB packet (a dead letter as well); the
+# task's counts and dead letters (TaskSummary) become one more row whose `summary` is an Arrow IPC
+# stream of SUMMARY_ARROW rows, passed on to the sink untouched.
 JOB_FIELDS = [(name, _ARROW_TYPES[spark_type]) for name, spark_type in JOB_COLUMNS]
 JOB_ARROW = pa.schema(JOB_FIELDS)
 REPLICA, REQUEST, PASS_ON = "R|", "D|", "P|"        # operator_key prefixes (streaming.spark.job_query)

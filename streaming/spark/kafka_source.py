@@ -113,12 +113,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark hands data source options over with lower-cased keys: look every option up in lower case.
         self.options = options = {k.lower(): v for k, v in options.items()}
         self.conf = client_conf(options)
-        topics = [t.strip() for t in options.get("topics", "").split(",") if t.strip()]
+        topics = list(_names(options, "topics"))
         self.pattern = options.get("topicpattern")
         if not topics and not self.pattern:
             raise SourceError("the msmq_kafka source needs the option topics or topicPattern")
         self.topics = topics or None
-        self.optional = tuple(t.strip() for t in options.get("optionaltopics", "").split(",") if t.strip())
+        self.optional = _names(options, "optionaltopics")
         self.max_records = int(options["maxrecordsperbatch"]) if options.get("maxrecordsperbatch") else None
         self.max_per_partition = _positive(options, "maxRecordsPerPartition")
         self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
@@ -383,6 +383,11 @@ def _cap(begin: dict, ends: dict, max_rows: int) -> dict:
     for tp, n in backlog.items():
         capped[tp] = begin[tp] + max(1, n * max_rows // total)
     return capped
+
+
+def _names(options: dict, key: str) -> tuple[str, ...]:
+    """A comma-separated option's names."""
+    return tuple(t.strip() for t in options.get(key, "").split(",") if t.strip())
 
 
 def register(spark) -> None:
