@@ -512,6 +512,16 @@ def test_the_driver_jvms_heap_is_fixed_at_the_driver_memory_and_resident_from_it
     assert resident >= heap // 1024, f"the driver JVM holds {resident} kB, less than its {heap // 1024} kB heap"
 
 
+def test_spark_s_jvms_compile_with_c1_only(spark):
+    """C2 compiling Spark's planning code took more of the driver JVM's CPU than the work did; the
+    driver runs C1 only, and a cluster's executors are told to."""
+    jvm = spark.sparkContext._jvm
+    flags = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    assert flags.getVMOption("TieredStopAtLevel").getValue() == "1"
+    assert "-XX:TieredStopAtLevel=1" in spark.sparkContext.getConf().get("spark.executor.defaultJavaOptions")
+
+
 def test_the_python_workers_give_freed_memory_back_through_malloc(spark):
     """The Python workers' pyarrow allocates from malloc (not its mimalloc pool, which keeps
     freed pages) and glibc's malloc unmaps large buffers when they are freed."""

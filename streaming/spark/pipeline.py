@@ -43,12 +43,20 @@ def driver_frees_memory() -> None:
         libc.mallopt(parameter, int(PYTHON_WORKER_ENV[name]))
 
 
+# Spark's JVMs compile with C1 only. C2 took 55 % of the driver JVM's CPU in a 30,000-message run
+# (35 of 64 s, by thread; JFR: Spark's planning, Janino, the SQL parser, task (de)serialisation, code
+# a micro-batch runs a few times); with C1 alone the JVM took 30 s, the job ran 1.13x faster and small
+# micro-batches 1.1-1.2x (docs/benchmarks.md). Most of the work is in the Python workers.
+JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 def driver_java_options(memory: str, pretouch: bool = True) -> str:
     """The driver JVM's heap is fixed at spark.driver.memory and, for a job that runs on, touched whole
     at start: under a backlog G1 grows it to the whole of it anyway (docs/benchmarks.md), and an
     elastic heap made the JVM's resident memory follow the load (2.1 -> 3.1 GB catching up). A pass
-    that ends (--once) does not touch it first: 2.2 s of its start on a 2-core machine."""
-    return f"-Xms{memory} -XX:+AlwaysPreTouch" if pretouch else f"-Xms{memory}"
+    that ends (--once) does not touch it first: 2.2 s of its start on a 2-core machine. C1 only
+    (JIT_OPTIONS)."""
+    return f"-Xms{memory} {JIT_OPTIONS}" + (" -XX:+AlwaysPreTouch" if pretouch else "")
 
 
 def default_shuffle_partitions(master: str) -> int:
@@ -100,7 +108,9 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
                # spark.driver.defaultJavaOptions given in conf replaces this (extraJavaOptions adds to it)
                .config("spark.driver.defaultJavaOptions",
                        driver_java_options((conf or {}).get("spark.driver.memory", DRIVER_MEMORY), pretouch)
-                       + " " + _class_archive.java_options()))
+                       + " " + _class_archive.java_options())
+               # a cluster's executors compile as the driver does (user options add to it)
+               .config("spark.executor.defaultJavaOptions", JIT_OPTIONS))
     for key, value in PYTHON_WORKER_ENV.items():
         builder = builder.config(f"spark.executorEnv.{key}", value)
     for key, value in (conf or {}).items():
