@@ -42,7 +42,7 @@ DEMO_MESSAGES ?= 20000
 DEMO_SEED ?= 1
 
 test: system-deps setup
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=15
 
 bench: setup
 	$(BIN)/python tests/bench/bench_codecs.py

@@ -101,6 +101,31 @@ def consume_all(bootstrap: str, topic: str, expect: int | None = None, idle: flo
     return records
 
 
+def consume_to_end(bootstrap: str, topic: str, timeout: float = 60.0):
+    """Every record a topic holds now: read by partition assignment up to each partition's end
+    offset at the call (no idle wait; a missing topic holds none)."""
+    import time
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 20})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions or {}
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+        consumer.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
+        records, deadline = [], time.monotonic() + timeout
+        left = {p: end for p, end in ends.items() if end > 0}
+        while left:
+            assert time.monotonic() < deadline, f"{topic}: records up to {left} not read in {timeout} s"
+            for m in consumer.consume(1000, 0.2):
+                if m.error() is None:
+                    records.append(m)
+                    if m.offset() + 1 >= left.get(m.partition(), 0):
+                        left.pop(m.partition(), None)
+        return records
+    finally:
+        consumer.close()
+
+
 def resident_kb(pid: int) -> int:
     """A process's resident set size (VmRSS), kB."""
     with open(f"/proc/{pid}/status") as fh:
@@ -164,3 +189,16 @@ def simulate(bootstrap: str, tmp_path, *args) -> tuple[dict, dict]:
     done = dirstream("produce", "simulate", "--bootstrap", bootstrap, "--truth", str(truth), *args)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout), json.loads(truth.read_text())
+
+
+# Tests that start a JVM (Spark, Kafka) or a database run one after the other on one pytest-xdist
+# worker (`make test` runs two, --dist loadgroup): two Spark jobs never share the machine's cores
+# and memory at once, while the pure-Python tests run beside them on the other worker.
+SERIAL_FIXTURES = {"spark", "kafka_broker", "broker", "secured", "postgres_server", "pg_url", "own_postgres"}
+SERIAL_MODULES = {"test_soak.py", "test_distributed.py"}      # they start their own broker and job
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())) or item.path.name in SERIAL_MODULES:
+            item.add_marker(pytest.mark.xdist_group("jvm"))

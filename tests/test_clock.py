@@ -27,21 +27,9 @@ def _publish(bootstrap: str, items) -> None:
 
 
 def _records(bootstrap: str, topic: str) -> list[dict]:
-    from confluent_kafka import Consumer
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-clock", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    out, empty = [], 0
-    try:
-        while empty < 5:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                empty += 1
-            elif msg.error() is None:
-                out.append(decode_envelope(msg.value()))
-    finally:
-        consumer.close()
-    return out
+    """The topic's envelopes, in offset order per partition."""
+    from conftest import consume_to_end
+    return [decode_envelope(m.value()) for m in consume_to_end(bootstrap, topic)]
 
 
 def _simulated(bootstrap: str, count: int = 800) -> Simulator:
