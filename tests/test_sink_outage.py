@@ -1,12 +1,12 @@
 """A sink outage is ridden through: a PostgreSQL server stopped while the job writes is waited for,
 the micro-batch written again on a new connection once it is back (once: the batch marker keeps it
 idempotent), a line on the console while it waits, a metric and an alert if it lasts; a database
-that does not come back stops the job with one clear line. First the sink on its own (a real
-server stopped and started), then the whole job."""
+that does not come back stops the job with one clear line. Here the sink on its own (a real server
+stopped and started); the whole job riding through a 30 s outage, its tables then equal to a fresh
+checkpoint's --once, is part of the short soak (tests/test_soak.py)."""
 import logging
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -72,62 +72,3 @@ def test_a_database_that_does_not_come_back_stops_the_writer_with_one_clear_line
     finally:
         own_postgres.resume()
         sink.close()
-
-
-def test_the_job_rides_through_a_database_outage_and_loses_nothing(broker, tmp_path, own_postgres):
-    """The whole job into PostgreSQL, the database stopped for 30 s while it works through a backlog
-    in small micro-batches: it waits (a console line), goes on once the database is back, and its
-    tables come to equal a fresh checkpoint's --once over the same Kafka content."""
-    from conftest import simulate
-    from job_runs import differences, dump, job, output, stop
-    simulate(broker, tmp_path, "--seed", "5", "--count", "1500")
-    fresh = own_postgres.create_database("fresh")
-    _once(broker, fresh, tmp_path / "ckpt-fresh")
-    expected = dump(fresh)
-    url = own_postgres.create_database("job")
-    proc = job(broker, url, tmp_path / "ckpt", "--max-records", "300", "--outbound-topic", "none",
-               "--metrics-port", "0", "--log-format", "plain")
-    try:
-        _wait(lambda: _committed(url) >= 2, proc, "the job's first micro-batches")
-        own_postgres.stop()
-        time.sleep(30)
-        own_postgres.resume()
-        _wait(lambda: "answers again" in output(proc), proc, "the job to write again")
-        # a bound only a hang exceeds: the rest of the backlog, then its event time's timers
-        _wait(lambda: not differences(expected, dump(url)), proc, "the tables to equal the fresh --once's",
-              timeout=900)
-    finally:
-        stop(proc)
-    said = output(proc)
-    assert "does not answer" in said and "waits, retrying every 2 s" in said, said[-5000:]
-    assert differences(expected, dump(url)) == []
-
-
-def _committed(url: str) -> int:
-    sink = open_sink(url)
-    try:
-        return sink.query("SELECT COUNT(*) AS n FROM sink_batches")[0]["n"]
-    finally:
-        sink.close()
-
-
-def _wait(condition, proc, what: str, timeout: float = 600) -> None:
-    """Until condition() holds; the bound is one only a hang exceeds."""
-    from job_runs import output
-    deadline = time.monotonic() + timeout
-    while True:
-        assert proc.poll() is None, output(proc)[-5000:]
-        try:
-            if condition():
-                return
-        except SinkError:
-            pass                                            # the database is down: ask again
-        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}: " + output(proc)[-3000:]
-        time.sleep(1)
-
-
-def _once(broker: str, url: str, checkpoint: Path) -> None:
-    from conftest import dirstream
-    done = dirstream("run", "--once", "--bootstrap", broker, "--sink", url, "--checkpoint", str(checkpoint),
-                     "--pec-name", "pec0", "--outbound-topic", "none", "--metrics-port", "0", timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

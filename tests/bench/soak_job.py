@@ -6,7 +6,9 @@ One run, on a fresh embedded Apache Kafka broker, producer, broker and job on th
    traffic with every fault type on and plays the object authorities (it answers the job's sync and
    change requests as the authorities hold their objects then), while the whole job runs (`dirstream
    run`, its one query, 2 s trigger, `--max-records`). The broker is stopped and started again on
-   its own log directories once (`--broker-restart-at`).
+   its own log directories once (`--broker-restart-at`). With `--sink-outage-at`, the sink is a
+   PostgreSQL server of the run's own, stopped for `--sink-outage-s` once the job has committed a
+   micro-batch and started again: the job must wait for it (a console line) and go on.
 2. **Catch-up** (`--stop-minutes`, 10): the job is stopped (Ctrl-C) with the traffic still running,
    started again from its checkpoint, and must be back within the lag bound within
    `--catch-up-minutes` (10), every micro-batch of every query within `--max-records`.
@@ -32,7 +34,8 @@ and printed, exit 1 if one fails:
 - the catch-up: within its limit, every micro-batch within `--max-records`, and the job's resident
   memory meanwhile at most `--catch-up-memory` (default `--memory-growth`) above its peak in the
   steady phase's second half;
-- after the run, `verify` is clean (and the tables equal a fresh run's with `--compare`).
+- after the run, `verify` is clean (and the tables equal a fresh run's with `--compare`);
+- with `--sink-outage-at`: the job said it waited for the database and that it answered again.
 
 Lag in seconds of traffic: the records in a query's topics it has not committed (Kafka's end offsets
 now minus those of its last micro-batch, from `pipeline_progress`) over the rate its topics grew at in
@@ -188,17 +191,19 @@ class LagMeter:
         finally:
             reader.conn.close()
         committed = {q: parse_end_offsets(queries[q]["end_offsets"]) for q in queries}
+        # PostgreSQL's SUM is a numeric: counted as ints whatever the sink
+        counts = {q: {"read": int(queries[q]["input_rows"] or 0), "batches": int(queries[q]["batches"] or 0)}
+                  for q in queries}
         partitions = sorted({tp for ends in committed.values() for tp in ends})
         try:
             ends = self.offsets.ends(partitions)
         except Exception:                           # noqa: BLE001 -- the broker is restarting
             self.close()
-            return {q: {"read": queries[q]["input_rows"], "batches": queries[q]["batches"], "unread": None,
-                        "lag_s": None} for q in queries}
+            return {q: {**counts[q], "unread": None, "lag_s": None} for q in queries}
         now, out = time.monotonic(), {}
         for q, mine in committed.items():
             unread = sum(max(ends[tp] - end, 0) for tp, end in mine.items())
-            out[q] = {"read": queries[q]["input_rows"], "batches": queries[q]["batches"], "unread": unread,
+            out[q] = {**counts[q], "unread": unread,
                       "lag_s": self._seconds(q, now, sum(ends[tp] for tp in mine), unread)}
         return out
 
@@ -240,6 +245,7 @@ class Soak:
         shutil.rmtree(self.work, ignore_errors=True)
         self.work.mkdir()
         self.broker = EmbeddedBroker(self.work / "broker", port=free_port())
+        self.postgres = None                     # --sink-outage-at: the sink's own server
         self.url = f"sqlite:///{self.work}/soak.db"
         self.truth = self.work / "truth.json"
         self.job = self.producer = self.responder = None
@@ -331,6 +337,8 @@ class Soak:
     def run(self) -> int:
         a = self.args
         self.broker.start()
+        if a.sink_outage_at > 0:
+            self.start_postgres()
         ensure_topics(KafkaSettings(self.broker.bootstrap), {t: 4 for t in TOPICS.values()})
         self.lag = LagMeter(self.url, self.broker.bootstrap)
         produce_s = (a.minutes + a.stop_minutes + a.catch_up_minutes) * 60
@@ -365,6 +373,8 @@ class Soak:
             self.save()
             self.stop_responder()
             self.broker.stop()
+            if self.postgres is not None:
+                self.postgres.stop()
         failed = [text for ok, text in self.verdicts if not ok]
         print(f"soak: {'PASS' if not failed else 'FAIL'} ({len(self.verdicts) - len(failed)} of "
               f"{len(self.verdicts)} criteria met)", flush=True)
@@ -383,14 +393,40 @@ class Soak:
 
     def steady(self) -> None:
         a = self.args
-        if 0 < a.broker_restart_at < a.minutes:
-            self.wait_sampling(a.broker_restart_at, "steady")
-            self.event("broker stopped")
-            self.broker.stop()
-            self.lag.close()
-            self.broker.start()
-            self.event("broker started again on its log directories")
+        disruptions = sorted((at, what) for at, what in ((a.broker_restart_at, self.restart_broker),
+                                                          (a.sink_outage_at, self.sink_outage))
+                             if 0 < at < a.minutes)
+        for at, disrupt in disruptions:
+            self.wait_sampling(at, "steady")
+            disrupt()
         self.wait_sampling(a.minutes, "steady")
+
+    def restart_broker(self) -> None:
+        self.event("broker stopped")
+        self.broker.stop()
+        self.lag.close()
+        self.broker.start()
+        self.event("broker started again on its log directories")
+
+    def start_postgres(self) -> None:
+        """The sink on a PostgreSQL server of the run's own (infra/postgres.py), to be stopped mid-run."""
+        from infra.postgres import TemporaryPostgres
+        self.postgres = TemporaryPostgres(self.work / "postgres", port=free_port())
+        self.postgres.start()
+        self.url = self.postgres.create_database("soak")
+
+    def sink_outage(self) -> None:
+        """The database stopped for --sink-outage-s once the job has committed a micro-batch (an outage
+        before its first write would test nothing), then started again on its data."""
+        def committed(now: dict) -> bool:
+            return all(now.get(q, {}).get("batches") for q in QUERIES)
+        if not self.watch(self.minute() + CATCH_UP_HANG_MINUTES, "steady", committed):
+            raise RuntimeError(f"the job committed no micro-batch in {CATCH_UP_HANG_MINUTES} min")
+        self.event("sink database stopped")
+        self.postgres.stop()
+        self.wait_sampling(self.minute() + self.args.sink_outage_s / 60, "steady")
+        self.postgres.resume()
+        self.event("sink database started again")
 
     def catch_up_after_stop(self) -> None:
         a = self.args
@@ -495,7 +531,7 @@ class Soak:
         self.verdicts.append((done.returncode == 0, f"after the run: verify "
                               f"{'clean' if done.returncode == 0 else 'NOT clean'}: {summary_of(done.stdout)}"))
         if self.args.compare:
-            fresh = f"sqlite:///{self.work}/fresh.db"
+            fresh = self.postgres.create_database("fresh") if self.postgres else f"sqlite:///{self.work}/fresh.db"
             self.once(fresh, "ckpt-fresh", "--outbound-topic", "none")
             diff = differences(dump(self.url), dump(fresh))
             self.verdicts.append((not diff, "the tables equal a fresh checkpoint's --once over the same Kafka "
@@ -558,7 +594,18 @@ class Soak:
         if a.stop_minutes > 0:
             self.judge_catch_up(steady)
             self.judge_ctrl_c()
+        if self.postgres is not None:
+            self.judge_sink_outage()
         self.judge_ceilings()
+
+    def judge_sink_outage(self) -> None:
+        """The job waited for its database with a console line and wrote again once it answered
+        (that nothing was lost is the --compare criterion's)."""
+        said = "".join(log.read_text(errors="replace") for log in sorted(self.work.glob("job-*.log")))
+        waited, back = "does not answer" in said and "waits, retrying" in said, "answers again" in said
+        self.verdicts.append((waited and back, f"sink outage of {self.args.sink_outage_s:g} s: the job "
+                              f"{'said it waited' if waited else 'did NOT say it waited'} and "
+                              f"{'wrote again once the database answered' if back else 'did NOT write again'}"))
 
     def judge_catch_up(self, steady: list[dict]) -> None:
         a = self.args
@@ -715,6 +762,10 @@ def parse_args(argv=None):
     p.add_argument("--rate", type=int, default=2000, help="messages per second published (default 2000)")
     p.add_argument("--broker-restart-at", type=float, default=20,
                    help="minute of the steady phase at which the broker is restarted (default 20; 0: never)")
+    p.add_argument("--sink-outage-at", type=float, default=0,
+                   help="minute of the steady phase after which the sink database is stopped (the sink is then "
+                        "a PostgreSQL server of the run's own; default 0: SQLite, no outage)")
+    p.add_argument("--sink-outage-s", type=float, default=30, help="how long the sink database is down (default 30)")
     p.add_argument("--stop-minutes", type=float, default=10, help="the job stopped for this long (default 10; 0: "
                                                                   "no catch-up phase)")
     p.add_argument("--catch-up-minutes", type=float, default=10, help="the catch-up limit (default 10)")
