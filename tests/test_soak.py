@@ -44,8 +44,9 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     # (nothing lost: the fresh --once's tables above)
     assert verdicts["sink outage of 30 s"]["ok"], verdicts["sink outage of 30 s"]
     figures = {f.split(":")[0] for f in result["figures"]}
+    # the steady phase ends at minute 1.5, or later if the sink outage waited long for the job's first batch
     for kind in ("broker", "driver", "jvm", "python workers"):
-        assert f"{kind} resident memory, minute 0.75 -> 1.5" in figures, result["figures"]
+        assert any(f.startswith(f"{kind} resident memory, minute 0.75 -> ") for f in figures), result["figures"]
     assert {"job lag after minute 0.5", "catch-up"} <= figures, result["figures"]
     events = [what for _minute, what in result["events"]]
     assert "broker stopped" in events and "broker started again on its log directories" in events
