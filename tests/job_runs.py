@@ -97,3 +97,19 @@ def output(proc) -> str:
 def stop(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGINT)              # Ctrl-C: stops after the current batch
     assert proc.wait(600) == 0, output(proc)[-5000:]
+
+
+def once_in_session(spark, bootstrap: str, sink: str, checkpoint, max_records: int | None = None) -> None:
+    """`dirstream run --once --pec-name pec0 --outbound-topic none` in the tests' own Spark session:
+    the same query (streaming.spark.job_query), without a JVM and Python workers started for it."""
+    from streaming.operators.notifications import Settings
+    from streaming.spark.job_query import start_job_query
+    from streaming.spark.pipeline import source_options
+    query = start_job_query(spark, sink_url=sink, checkpoint=str(checkpoint), once=True, echo=lambda _l: None,
+                            source_opts=source_options(bootstrap, max_records=max_records), settings=Settings(),
+                            pec_name="pec0", outbound_topic=None)
+    try:
+        query.awaitTermination(900)
+    except Exception:           # noqa: BLE001 -- StreamingQueryException: asserted below with its text
+        pass
+    assert query.exception() is None, query.exception()

@@ -3,7 +3,7 @@
 One simulated enterprise with every fault type switched on; the same Kafka input processed
 continuously in micro-batches of 1,200 records with a SIGKILL in the middle while the responder
 answers (until verify is clean and everything is read), then with one partition per topic instead
-of four, in one --once invocation of bigger micro-batches. Every table must come out the same, row
+of four, in one --once pass of bigger micro-batches (in the tests' Spark session). Every table must come out the same, row
 for row (the raw tables too), and verify clean (see CONVERGING). --once repeated with the responder
 answering between runs is the second test's. Columns left out of the comparison: recorded_at (processing time),
 dead_letters.batch_id (which micro-batch found it), outbound_messages.message_id (scoped by the
@@ -19,7 +19,7 @@ from producers.kafka import KafkaSettings, ensure_topics
 from streaming.sinks import open_sink
 from streaming.wire.envelope import decode_envelope
 from streaming.wire.topics import TOPICS
-from job_runs import FAULTS, KAFKA_COORDINATES, Responder, differences, dump
+from job_runs import FAULTS, KAFKA_COORDINATES, Responder, differences, dump, once_in_session
 
 def run(broker, sink, checkpoint, *extra, env=None) -> subprocess.Popen:
     import shutil
@@ -64,7 +64,7 @@ def wait_until_answered(responder: Responder, quiet_s: float = 4.0, timeout: flo
         time.sleep(0.5)
 
 
-def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path):
+def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path, spark):
     _, truth = simulate(broker, tmp_path, "--seed", "21", "--count", "2500", *FAULTS)
     truth_file = next(tmp_path.glob("truth-*.json"))
     assert truth["dropped"] and truth["duplicates"] and truth["discarded_notifications"]
@@ -99,11 +99,11 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path):
     assert expected["notifications"] and expected["directory_objects"] and expected["dead_letters"]
     assert _late_rows(slowed) == 0
 
-    # one partition per topic (the same records, in the order they arrived), in one --once invocation
-    # of micro-batches of 1,500 records
+    # one partition per topic (the same records, in the order they arrived), in one --once pass of
+    # micro-batches of 1,500 records (the same query, in the tests' own Spark session)
     _repartition(broker, 1)
     single = f"sqlite:///{tmp_path}/single.db"
-    once(broker, single, tmp_path / "c_single", "--max-records", "1500")
+    once_in_session(spark, broker, single, tmp_path / "c_single", max_records=1500)
     assert differences(dump(slowed, KAFKA_COORDINATES), dump(single, KAFKA_COORDINATES)) == []
     assert verified(truth_file, single, *CONVERGING).returncode == 0
 

@@ -1,18 +1,17 @@
 """The same job on a Spark standalone cluster (master + worker on loopback) gives the local result,
 with executors whose Python does not have the project: the job ships its own code."""
 from conftest import dirstream, free_port, simulate
+from job_runs import once_in_session
 from test_job import _dump
 from test_packaging import deps_only_python
 
 from infra.spark_standalone import StandaloneCluster
 
 
-def test_standalone_cluster_matches_local_mode(broker, tmp_path):
+def test_standalone_cluster_matches_local_mode(broker, tmp_path, spark):
     summary, _ = simulate(broker, tmp_path, "--seed", "17", "--count", "800", "--corrupt", "0.01")
     local = f"sqlite:///{tmp_path}/local.db"
-    done = dirstream("run", "--bootstrap", broker, "--sink", local, "--checkpoint", str(tmp_path / "c_local"),
-                     "--once", "--master", "local[2]", timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    once_in_session(spark, broker, local, tmp_path / "c_local")         # local mode: the tests' own session
     worker_python = deps_only_python(tmp_path)                     # no `streaming` importable there
     cluster = StandaloneCluster(tmp_path / "spark", free_port()).start()
     try:
