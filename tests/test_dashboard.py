@@ -88,8 +88,10 @@ def _as_of(browser, sink, server: str) -> None:
 def _submitted(browser, box: str, value: str, shows: str, wanted, timeout: float = 300) -> bool:
     """Type a value into an input and press Enter until the page shows what is wanted: the page
     re-renders at every refresh, which can replace the input while it is typed into (its value is
-    then kept: persistence) or the element while it is read."""
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    then kept: persistence), leave it not interactable for a moment, or replace the element while
+    it is read."""
+    from selenium.common.exceptions import (ElementNotInteractableException, NoSuchElementException,
+                                            StaleElementReferenceException)
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     deadline = time.monotonic() + timeout
@@ -103,7 +105,8 @@ def _submitted(browser, box: str, value: str, shows: str, wanted, timeout: float
                 shown = browser.execute_script(READ_TEXT, shows)
                 if shown is not None and wanted(shown[0]):
                     return True
-        except (StaleElementReferenceException, NoSuchElementException):
+        except (StaleElementReferenceException, NoSuchElementException, ElementNotInteractableException):
+            time.sleep(0.2)
             continue
     return False
 
