@@ -47,12 +47,19 @@ QUIET_TAIL_MS = 21 * 60_000
 NACK_CLASSES = ("NackBadSignature", "NackReachQueueTimeout", "NackBadDestQueue")
 UNAUTHENTICATED_KINDS = ("v1:unauthenticated", "attack:mqcn-unauthenticated")    # discarded: never delivered
 # --attack: each kind of hostile traffic the job reports as a security finding
-ATTACKS = ("dsrp-unsigned", "mqcn-unauthenticated", "mqcn-flood", "mqqb-malformed")
+ATTACKS = ("dsrp-unsigned", "dsrp-unknown-sender", "mqsd-rogue-reply", "mqcn-unauthenticated", "mqcn-flood",
+           "mqqb-malformed")
 # injected by the capture writer into --pcap captures (an MQQB packet exists only on the wire)
 CAPTURE_ATTACKS = ("mqqb-malformed",)
 MESSAGE_ATTACKS = tuple(a for a in ATTACKS if a not in CAPTURE_ATTACKS)     # what the simulator itself injects
 UNSIGNED_TARGETS = ("ChangePropagation", "SyncReply", "PSCAck", "BSCAck", "AlreadyPurged")
 UNSIGNED_RATE, UNAUTHENTICATED_RATE = 0.01, 0.02
+# dsrp-unknown-sender: signed copies from a machine no directory object names, of the messages whose
+# sender the receiving server does not use (a ChangePropagation's sender becomes a BSC's PSC)
+UNKNOWN_SENDER_TARGETS = ("ChangeReply", "SyncReply", "PSCAck", "BSCAck", "AlreadyPurged")
+UNKNOWN_SENDER_RATE, ROGUE_REPLY_RATE = 0.02, 0.05
+ROGUE_SERVERS = ("rogue-ds1", "rogue-ds2")              # no machine object names them
+ROGUE_ADDRESS = "10.250.0.{}"                           # nor any PROPID_QM_ADDRESS
 FLOOD_EVERY, FLOOD_FIRST = 4_000, 100   # notifications between two floods, and before the first
 FLOOD_COPIES = FLOOD_PER_MINUTE + 100
 
@@ -115,6 +122,7 @@ class Simulator:
         self.attack_rng = random.Random(seed * 104_729 + 3)     # its own draws: the traffic stays the same
         self.attacked: list[dict] = []
         self._mqcn_seen = 0
+        self.last_arrival_ms = 0
         self.ent = Enterprise(self.rng, sites, bscs_per_site, qms_per_site)
         self.queues_per_qm = queues_per_qm
         self.faults = faults or Faults()
@@ -151,6 +159,7 @@ class Simulator:
         produced = 0
         stream = self._with_attacks(self._faulty(self._raw_messages()))
         for msg in stream:
+            self.last_arrival_ms = max(self.last_arrival_ms, msg.envelope["arrival_time"])
             if msg.protocol == "mqsd" and not msg.kind.startswith("corrupt:"):
                 # what the clients see: each copy as delivered, after the faults
                 self.mqsd_delivered.append((msg.envelope["message_id"], msg.envelope["arrival_time"]))
@@ -675,6 +684,13 @@ class Simulator:
             if kind == "dsrp-unsigned" and msg.protocol == "mqdsrp" and msg.kind in UNSIGNED_TARGETS \
                     and rng.random() < UNSIGNED_RATE:
                 yield self._attack_copy(kind, msg, authentication_level="None", hash_algorithm=None)
+            elif kind == "dsrp-unknown-sender" and msg.protocol == "mqdsrp" and msg.kind in UNKNOWN_SENDER_TARGETS \
+                    and rng.random() < UNKNOWN_SENDER_RATE:
+                yield self._attack_copy(kind, msg, source_machine=rng.choice(ROGUE_SERVERS),
+                                        sender_identifier=str(uuid.UUID(int=rng.getrandbits(128), version=4)))
+            elif kind == "mqsd-rogue-reply" and msg.protocol == "mqsd" and msg.kind.startswith("reply:") \
+                    and rng.random() < ROGUE_REPLY_RATE:
+                yield self._rogue_reply(msg)
             elif kind == "mqcn-unauthenticated" and msg.protocol == "mqcn" and msg.kind.startswith("v1:") \
                     and msg.kind != "v1:unauthenticated" and rng.random() < UNAUTHENTICATED_RATE:
                 copy = self._attack_copy(kind, msg, authentication_level="None")
@@ -690,6 +706,24 @@ class Simulator:
         env = dict(msg.envelope, message_id=message_id, **fields)
         self.attacked.append(self._attack_record(kind, env, 1))
         return SimMessage(msg.protocol, msg.key, env, f"attack:{kind}")
+
+    def _rogue_reply(self, msg: SimMessage) -> SimMessage:
+        """A reply to a real request from an address no machine object has, listing (when the reply
+        lists servers) a server no machine object names: what a host steering clients to a
+        directory server of its own sends. The clients count it as a reply (the truth's discovery
+        results include it)."""
+        rng = self.attack_rng
+        req, reply = self.mqsd_sent[msg.envelope["message_id"]]
+        packet = reply.packet
+        servers = [mqsd.DirectoryServiceServerEntry(True, False, rng.choice(ROGUE_SERVERS))] \
+            if packet.directory_service_server_size else None
+        rogue = mqsd.new_reply(req.request_id, list(packet.connected_network_array), packet.responding_site_id,
+                               servers)
+        copy = self._attack_copy("mqsd-rogue-reply", msg, body=encode("mqsd", rogue),
+                                 source_machine=ROGUE_ADDRESS.format(rng.randint(1, 9)))
+        self.mqsd_sent[copy.envelope["message_id"]] = (req, _Reply(reply.at_ms, "rogue", reply.responder,
+                                                                   rogue.server_reply))
+        return copy
 
     def _flood(self, msg: SimMessage) -> Iterator[SimMessage]:
         """FLOOD_COPIES copies of one notification at its arrival time (its message id: the queue

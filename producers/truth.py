@@ -63,6 +63,7 @@ def build_truth(sim) -> dict:
         "attacks": [dict({k: v for k, v in a.items() if k != "envelope"}, arrival_ms=a["envelope"]["arrival_time"])
                     for a in sim.attacked],
         "counts": dict(sim.counts),
+        "last_arrival_ms": sim.last_arrival_ms,      # the traffic's event-time end
     }
 
 

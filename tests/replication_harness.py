@@ -19,7 +19,9 @@ from streaming.operators.notification_input import Row, advance, directory_row, 
 from streaming.operators.notifications import QMState, QueueManager, Settings, queue_manager_of
 from streaming.operators.replica_store import DictBackend, ObjectStore
 from streaming.operators.replication import Replica, ServerState
-from streaming.operators.replication_rows import step_rows
+from streaming.operators.replication_rows import REGISTRY, step_rows
+from streaming.operators.server_registry import ServerRegistry, advance as advance_registry, check_text
+from streaming.operators.discovery import Reply, reply_check
 from streaming.sinks import TABLES
 from streaming.wire import WireError, decode
 
@@ -56,6 +58,8 @@ class OfflineJob:
         self.authorities = Authorities(truth) if truth else None
         self.pec_name = pec_name
         self.answers: list[tuple[str, dict]] = []
+        self.registry = ServerRegistry(configured=(pec_name,) if pec_name else ())
+        self.registry_held: list[Row] = []
         self.outbound: list[dict] = []
         self.held: dict[str, list[Row]] = {}          # queue manager -> rows the clock has not passed yet
         self.versions_published = 0
@@ -84,6 +88,8 @@ class OfflineJob:
             self.max_event_ms = max(self.max_event_ms, arrival_ms(env))
             if env["protocol"].lower() == "mqdsrp":
                 by_server.setdefault(env["destination_machine"], []).append(env)
+            elif env["protocol"].lower() == "mqsd":
+                self._discovery_check(env, offset[id(env)])
             elif env["protocol"].lower() == "mqcn":
                 key = queue_manager_of(env["destination_queue"]) or env["destination_machine"]
                 by_qm.setdefault(key, []).append(env)
@@ -92,12 +98,13 @@ class OfflineJob:
             r = self.replica(server)
             for env, msg in _decodable("mqdsrp", envs):
                 r.fire_timers_until(arrival_ms(env) - 1)          # as the job's operator does
-                r.inspect(authentication_level=env["authentication_level"], source=env["source_machine"],
-                          arrival_ms=arrival_ms(env), where=evidence("msmq.dsrp.raw", 0, offset[id(env)],
-                                                                     env["message_id"]))
                 r.receive(msg, arrival_ms=arrival_ms(env), source=env["source_machine"],
                           message_class=env["message_class"], destination_queue=env["destination_queue"],
                           body=env["body"])
+                r.inspect(authentication_level=env["authentication_level"], source=env["source_machine"],
+                          arrival_ms=arrival_ms(env), where=evidence("msmq.dsrp.raw", 0, offset[id(env)],
+                                                                     env["message_id"]),
+                          message_class=env["message_class"])
             self._collect(r)
         self.fire_timers(watermark)
         for key, envs in by_qm.items():
@@ -110,9 +117,32 @@ class OfflineJob:
     def queue_manager(self, key: str) -> QueueManager:
         return QueueManager(self.qms.setdefault(key, QMState(key)), self.cn_settings)
 
+    def _discovery_check(self, env: dict, offset: int) -> None:
+        """A discovery reply's mqsd-rogue-reply check, as the job's discovery operator hands it on."""
+        try:
+            packet = decode("mqsd", env["body"])
+        except WireError:
+            return
+        r = packet.server_reply
+        if r is None:
+            return
+        reply = Reply(arrival_ms(env), env["source_machine"], r.directory_service_server_size,
+                      [(e.ip_supported, e.ipx_supported, e.name) for e in r.directory_service_server_array or []],
+                      list(r.connected_network_array), r.responding_site_id)
+        check = reply_check(reply, env["destination_machine"],
+                            evidence("msmq.sd.raw", 0, offset, env["message_id"]))
+        self._to_registry(check.at_ms, check_text(check))
+
+    def _to_registry(self, event_ms: int, text: str) -> None:
+        self.registry_held.append(Row(event_ms, REGISTRY, None, None, None, text.encode(), None, None, None, None,
+                                      None, None))
+
     def fire_qm_timers(self, watermark_ms: int) -> None:
         """Each queue manager takes what the clock has passed, in event-time order (as the job's
-        operator does: streaming.operators.notification_input)."""
+        operator does: streaming.operators.notification_input); so does the server registry."""
+        self.registry, self.registry_held = advance_registry(self.registry, self.registry_held, watermark_ms)
+        for _table, row in self.registry.findings.rows():
+            self.tables.setdefault("security_findings", {})[tuple(row[c] for c in TABLES["security_findings"].key)] = row
         for key in sorted(set(self.qms) | set(self.held)):
             ready, self.held[key] = split(self.held.get(key, []), watermark_ms)
             qm, bad_rows, bad_pending = advance(lambda: self.queue_manager(key), ready, watermark_ms)
@@ -139,7 +169,9 @@ class OfflineJob:
             if table == "directory_history":        # properties: its JSON text, as the sink stores it
                 row = {**row, "properties": json.loads(row["properties"])}
                 self.history.append(row)
-            if table != "object_versions":
+            if table == REGISTRY:
+                self._to_registry(row["event_ms"], row["text"])
+            elif table != "object_versions":
                 key = tuple(row[c] for c in TABLES[table].key)
                 self.tables.setdefault(table, {})[key] = row
             else:                                   # what the job publishes for the MQCN operator

@@ -132,7 +132,7 @@ def one(sink, sql: str, params=()):
 def test_every_page_shows_the_sink(broker, tmp_path, browser):
     from selenium.webdriver.common.by import By
     _, truth = simulate(broker, tmp_path, "--seed", "6", "--count", "3000", "--corrupt", "0.01",
-                        "--unauthenticated", "0.05")
+                        "--unauthenticated", "0.05", "--attack", "dsrp-unknown-sender,mqsd-rogue-reply")
     truth_file = next(tmp_path.glob("truth-*.json"))
     url = f"sqlite:///{tmp_path}/sink.db"
     proc = job(broker, url, tmp_path / "ckpt")
@@ -200,8 +200,9 @@ def test_every_page_shows_the_sink(broker, tmp_path, browser):
         assert browser.find_elements(By.ID, "site-topology")
 
         visit(browser, base, "security", tmp_path, "findings-table")
-        assert int(text_of(browser, "findings-mqcn-unauthenticated")) == one(
-            sink, "SELECT SUM(count) AS n FROM security_findings WHERE kind = 'mqcn-unauthenticated'") > 0
+        for kind in ("mqcn-unauthenticated", "dsrp-unknown-sender", "mqsd-rogue-reply"):
+            assert int(text_of(browser, f"findings-{kind}")) == one(
+                sink, "SELECT SUM(count) AS n FROM security_findings WHERE kind = ?", (kind,)) > 0, kind
         first = sink.query("SELECT evidence FROM security_findings ORDER BY last_seen DESC LIMIT 1")[0]["evidence"]
         assert json.loads(first)["last"]["message_id"] in text_of(browser, "findings-table")
         assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(

@@ -65,9 +65,11 @@ def wait_until_answered(responder: Responder, quiet_s: float = 4.0, timeout: flo
 
 
 def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path, spark):
-    _, truth = simulate(broker, tmp_path, "--seed", "21", "--count", "2500", *FAULTS)
+    _, truth = simulate(broker, tmp_path, "--seed", "21", "--count", "2500", *FAULTS,
+                        "--attack", "dsrp-unknown-sender,mqsd-rogue-reply")
     truth_file = next(tmp_path.glob("truth-*.json"))
     assert truth["dropped"] and truth["duplicates"] and truth["discarded_notifications"]
+    assert {a["kind"] for a in truth["attacks"]} >= {"dsrp-unknown-sender", "mqsd-rogue-reply"}
 
     # continuously, in micro-batches of 1,200 records, killed with SIGKILL and restarted, the
     # responder answering the replicas' sync requests, until verify is clean and nothing is left
@@ -97,6 +99,9 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path, spark):
     _every_outbound_message_is_on_its_topic(broker, slowed)
     assert "0 notifications unresolved" in verified(truth_file, slowed, "notifications").stdout
     assert expected["notifications"] and expected["directory_objects"] and expected["dead_letters"]
+    # the server registry's findings too (the unauthenticated fault's are the MQCN operator's)
+    assert {"dsrp-unknown-sender", "mqsd-rogue-reply"} <= {dict(row)["kind"] for row in expected["security_findings"]}
+    assert verified(truth_file, slowed, "findings").returncode == 0
     assert _late_rows(slowed) == 0
 
     # one partition per topic (the same records, in the order they arrived), in one --once pass of

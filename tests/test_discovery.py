@@ -171,7 +171,8 @@ def _mqsd_traffic(seed: int) -> tuple[list[dict], dict]:
             continue                                    # a dead letter before the operator
         rows.append({"state_key": key, "arrival_ms": env["arrival_time"], "arrival_time": env["arrival_time"],
                      "topic": "msmq.sd.raw", "partition": 0, "offset": offset, "body": env["body"],
-                     "source_machine": env["source_machine"], "message_id": env["message_id"]})
+                     "source_machine": env["source_machine"], "destination_machine": env["destination_machine"],
+                     "message_id": env["message_id"]})
     return sorted(rows, key=lambda r: (r["arrival_ms"], r["offset"])), sim.truth()
 
 
@@ -209,8 +210,11 @@ def _typed(frame) -> list[tuple[str, dict]]:
     from streaming.sinks.typed import unpack
     if "table_name" not in frame:
         return []
-    return [(table, row) for table, chunk in zip(frame["table_name"], frame["rows"])
-            for batch in unpack(chunk) for row in batch.to_pylist()]
+    checks = [("server_registry", {"event_ms": at, "text": text}) for table, at, text in
+              zip(frame["table_name"], frame["event_ms"], frame["text"]) if table == "server_registry"] \
+        if "text" in frame else []
+    return [(table, row) for table, chunk in zip(frame["table_name"], frame["rows"]) if chunk is not None
+            for batch in unpack(chunk) for row in batch.to_pylist()] + checks
 
 
 def _requests_as_the_sink_keeps_them(written: Counter) -> list[dict]:
@@ -240,7 +244,8 @@ def test_the_operator_writes_the_same_rows_however_micro_batches_end_and_agrees_
 
 def _row(body: bytes, at: int, offset: int, request_id: str) -> dict:
     return {"state_key": request_id, "arrival_ms": at, "arrival_time": at, "topic": "msmq.sd.raw", "partition": 0,
-            "offset": offset, "body": body, "source_machine": "10.2.0.100", "message_id": f"m{offset}"}
+            "offset": offset, "body": body, "source_machine": "10.2.0.100", "destination_machine": "10.1.0.5",
+            "message_id": f"m{offset}"}
 
 
 @pytest.mark.parametrize("ends", [[], [1], [1, 2]])
@@ -287,7 +292,11 @@ def test_a_request_behind_its_remote_reply_past_the_watermark_completes_without_
     request = encode("mqsd", mqsd.new_request(REQ.enterprise_id, rid, REQ.site_id))
     tester = TwsTester(DiscoveryProcessor(), timeMode="EventTime", eventTimeExtractor=lambda r: int(r["arrival_ms"]))
     first = tester.testInPandas(rid, pd.DataFrame([_row(reply, at, 0, rid)]))
-    assert list(first["table_name"]) == ["site_topology"]              # it names its site's servers
+    # it names its site's servers, and hands the reply's check on to the server registry
+    assert list(first["table_name"]) == ["site_topology", "server_registry"]
+    (check,) = [json.loads(row["text"]) for t, row in _typed(first) if t == "server_registry"]
+    assert check == ["check", "mqsd-rogue-reply", at, "10.2.0.100", "10.1.0.5", ["10.2.0.100", "nt4pec"],
+                     {"topic": "msmq.sd.raw", "partition": 0, "offset": 0, "message_id": "m0"}]
     tester.setWatermark(at + 50_000)                        # the other requests' traffic moved it on
     out = tester.testInPandas(rid, pd.DataFrame([_row(request, at + 60_000, 1, rid)]))
     (done,) = [row for t, row in _typed(out) if t == "discovery_requests"]

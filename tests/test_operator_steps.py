@@ -12,6 +12,7 @@ from job_runs import dump
 from streaming.sinks import open_sink
 from streaming.spark import replication_query, stateful
 from streaming.spark.stateful import GuardedSteps, batch_rows
+from streaming.operators.replication_rows import REGISTRY
 from test_poison import driven, frames, outputs, poison
 
 
@@ -78,7 +79,7 @@ def _run(key, frame, step_messages: int, sink_url: str):
     yielded and the stored state (the object buckets as their entries: marshal's bytes may share a
     string once or write it twice)."""
     tester = driven(replication_query.ReplicationProcessor("pec0", "scope", step_messages))
-    versions, servers, history_rows = [], 0, 0
+    versions, servers, history_rows, registry = [], 0, 0, []
     sink = open_sink(sink_url)
     half = len(frame) // 2
     for batch_id, part in enumerate((frame.iloc[:half], frame.iloc[half:])):
@@ -87,11 +88,29 @@ def _run(key, frame, step_messages: int, sink_url: str):
         history_rows += int((out["table_name"] == "directory_history").sum())     # a chunk per step at least
         found = out[out["table_name"] == replication_query.VERSIONS]
         versions += list(zip(found["owner"], found["event_ms"], found["text"]))
-        rows = batch_rows(pa.Table.from_pandas(out[out["table_name"] != replication_query.VERSIONS][["table_name", "rows"]]))
+        handed = out[out["table_name"] == REGISTRY]
+        registry += list(zip(handed["event_ms"], handed["text"]))
+        sink_rows = out[~out["table_name"].isin((replication_query.VERSIONS, REGISTRY))]
+        rows = batch_rows(pa.Table.from_pandas(sink_rows[["table_name", "rows"]]))
         sink.write_batch("replication", batch_id, rows)
     sink.close()
     objects = {bucket: marshal.loads(blob) for bucket, (blob,) in tester.peekMapState("objects", key).items()}
-    return versions, (servers, history_rows), tester.peekValueState("replica", key), objects
+    return versions, (servers, history_rows, _learnt(registry)), tester.peekValueState("replica", key), objects
+
+
+def _learnt(registry: list) -> tuple:
+    """What the server registry learns from the rows handed to it: each name at its earliest time (a
+    step hands on a name it stored again), and the checks in order."""
+    import json
+    named: dict = {}
+    checks = []
+    for at, text in registry:
+        kind, *rest = json.loads(text)
+        if kind == "server":
+            named[rest[0]] = min(named.get(rest[0], at), at)
+        else:
+            checks.append((at, rest))
+    return sorted(named.items()), checks
 
 
 @pytest.mark.parametrize("poisoned", [False, True])
@@ -104,17 +123,19 @@ def test_the_replication_operators_steps_change_no_row_version_or_state(tmp_path
     for step in (1, 7, 10**9):
         url = f"sqlite:///{tmp_path}/step{step}.db"
         versions, servers, control, objects = _run(key, frame, step, url)
-        runs[step] = (dump(url), versions, control, objects)
+        runs[step] = (dump(url), versions, servers[2], control, objects)
         assert servers[0] == 2, "the server's row: once a micro-batch, whatever the step"
         if step == 7:       # handed on in steps: each step's history rows are packed apart
             assert servers[1] >= len(frame) // 14
     whole = runs[10**9]
     assert len(whole[0]["directory_history"]) > 100 and whole[1]
     assert len(whole[0]["dead_letters"]) == (2 if poisoned else 0)
+    assert whole[2][0], "the directory servers its objects name, for the server registry"
     for step in (1, 7):
         assert runs[step][0] == whole[0], f"step {step}: the sink tables differ"
         assert runs[step][1] == whole[1], f"step {step}: the published versions differ"
-        assert runs[step][2:] == whole[2:], f"step {step}: the stored state differs"
+        assert runs[step][2] == whole[2], f"step {step}: what the server registry learns differs"
+        assert runs[step][3:] == whole[3:], f"step {step}: the stored state differs"
 
 
 class TimerHandle:

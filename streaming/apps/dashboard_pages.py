@@ -19,7 +19,8 @@ HOW_TO_FILL = {
                               "run the job.",
     "directory_objects": "No directory objects yet: the replication operator fills this from MQDSRP traffic.",
     "security_findings": "No security findings: no malformed MQQB packet in a capture, unsigned replication "
-                         "message, unauthenticated notification or notification flood so far "
+                         "message, replication message from a machine that is no directory server, rogue "
+                         "discovery reply, unauthenticated notification or notification flood so far "
                          "(`dirstream produce simulate --attack ...` injects them).",
     "notifications": "No notifications yet: the MQCN operator fills this from msmq.cn.raw (timers fire 1 to 15 "
                      "minutes of event time after a notification).",

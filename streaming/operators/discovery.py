@@ -19,6 +19,8 @@ message that arrives after it (on_time), so the outcome never depends on where m
 """
 from dataclasses import dataclass, field
 
+from .server_registry import Check
+
 WAIT_FOR_RESPONSE_MS = 15_000          # 3.1.2.1 Wait For Response Timer
 FORGET_AFTER_MS = 15_000               # not in the spec: how long a completed request is remembered
 # Not in the spec either: how long a reply waits for a request delivered after it. Its client sent the
@@ -167,3 +169,11 @@ def state_from_json(text: str) -> DiscoveryState:
     return DiscoveryState(Request(**d["request"]) if d["request"] else None,
                           reply(d["kept"]) if d["kept"] else None, [reply(r) for r in d["early"]],
                           d["deadline_ms"], d["replies"], d["done"])
+
+
+def reply_check(reply: Reply, client: str | None, where: dict) -> Check:
+    """mqsd-rogue-reply (MS-MQSD 5.1: discovery has no security, any host can answer a client): the
+    responder's address and every directory server the reply lists must be directory servers the
+    replicas know (streaming.operators.server_registry)."""
+    return Check("mqsd-rogue-reply", reply.arrival_ms, reply.responder, client or "(unknown)",
+                 [reply.responder] + [name for _ip, _ipx, name in reply.servers], where)

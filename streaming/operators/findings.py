@@ -29,6 +29,16 @@ KINDS: dict[str, tuple[str, str]] = {
         "high", "a replication message without a signature (AuthenticationLevel None); Windows signs every "
                 "message carrying replication data (MC-MQDSRP 5.1, note <13>), and unsigned replication data "
                 "can be tampered with to corrupt the directory"),
+    "dsrp-unknown-sender": (
+        "high", "a replication message from a machine the receiving server does not know as a directory server "
+                "of the enterprise (not its PEC, not a partition's authority, not a PSC or BSC neighbour, no "
+                "machine object of its replica with a directory service bit), looked at once the message is "
+                "processed; replication data can be tampered with (MC-MQDSRP 5.1), and only the directory "
+                "servers replicate"),
+    "mqsd-rogue-reply": (
+        "high", "a discovery reply whose responder (its address) or whose listed directory servers are no "
+                "directory servers of the replicas' site and machine objects; discovery has no security, any "
+                "host can answer a client and steer it to a server of its own (MS-MQSD 5.1)"),
     "mqcn-unauthenticated": (
         "medium", "a v1 change notification with AuthenticationLevel None, which the queue manager discards "
                   "(MS-MQCN 3.2.5.1); a sender that cannot sign is not the directory service"),

@@ -24,6 +24,7 @@ Readings of defective spec text, each tested in tests/test_replication.py:
   "MUST NOT be interpreted" (digest §2, §10.8) are not stored.
 - Immediate flushes to BSCs carry Flush = 0x01 (digest §9.3).
 """
+import itertools
 import marshal
 import zlib
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from ..wire.properties import Property, object_type_of
 from ..wire.propids import propid
 from ..wire.seqnum import MAX_SEQ_NUMBER, MIN_SEQ_NUMBER, add, subtract
 from .findings import FindingLog
+from .server_registry import Check
 from .replica_store import DirObject, ObjectStore, StoreLayout
 
 PEC_PARTITION_ID = GUID_NULL
@@ -46,6 +48,7 @@ MQDS_QUEUE, MQDS_MACHINE, MQDS_SITE, MQDS_CN, MQDS_ENTERPRISE, MQDS_USER, MQDS_R
 OBJECT_TYPE_NAMES = {1: "queue", 2: "machine", 3: "site", 5: "connected_network", 6: "enterprise", 7: "user",
                      8: "routing_link"}
 SERVICE_BSC = 0x2
+DIRECTORY_SERVICES = 0x2 | 0x4 | 0x8     # PROPID_QM_SERVICE's BSC, PSC and PEC bits (MS-MQMQ 2.3.2.9)
 MQ_OK, MQ_ERROR = 0, 0xC00E0001
 # The seed names these statuses without values; the reply carries MQ_ERROR and the table the name.
 MQDS_OBJECT_NOT_FOUND = "MQDS_OBJECT_NOT_FOUND"
@@ -174,6 +177,7 @@ class Replica:
         self.deleted_touched: dict[str, tuple[DeletedObject, str, int]] = {}
         # identifier -> (object, status, event time of the change)
         self.ignored: list[tuple[str, str]] = []                             # (operation, reason)
+        self.checks: list[Check] = []       # senders it does not know itself: for the server registry
         # partition -> a lower bound of the sequence numbers of its DeletedObjectCollection entries
         # (not stored: built on first use), so Purge Deleted Objects, which runs after every change,
         # walks the collection only when something can be purged
@@ -248,14 +252,46 @@ class Replica:
         self.send_initial_syncs()
         self._stamp_sent()
 
-    def inspect(self, *, authentication_level: str | None, source: str | None, arrival_ms: int, where: dict) -> None:
-        """Security findings about a received message (streaming.operators.findings): replication data
-        without a signature, where Windows signs every message that carries it (MC-MQDSRP 5.1, note
-        <13>)."""
+    def inspect(self, *, authentication_level: str | None, source: str | None, arrival_ms: int, where: dict,
+                message_class: str = "Normal", decoded: bool = True) -> None:
+        """Security findings about a message this server received, looked at once it has been
+        processed (streaming.operators.findings):
+        - dsrp-unsigned: replication data without a signature, where Windows signs every message
+          that carries it (MC-MQDSRP 5.1, note <13>);
+        - dsrp-unknown-sender: a replication message from a machine that is not a directory server
+          of the enterprise (MC-MQDSRP 5.1: replication data can be tampered with). A sender this
+          server knows is one; any other is a check for the server registry, which knows what every
+          replica knows (streaming.operators.server_registry). Nack classes come from any queue
+          manager on the route, so only Normal ones count."""
         if authentication_level in (None, "None"):
-            if self.s.findings is None:
-                self.s.findings = FindingLog()
-            self.s.findings.record("dsrp-unsigned", source, self.name, arrival_ms, where)
+            self._finding("dsrp-unsigned", source, arrival_ms, where)
+        if decoded and message_class == "Normal" and not self.knows_directory_server(source):
+            self.checks.append(Check("dsrp-unknown-sender", arrival_ms, source, self.name,
+                                     [source] if source else [], where))
+
+    def _finding(self, kind: str, source: str | None, arrival_ms: int, where: dict) -> None:
+        if self.s.findings is None:
+            self.s.findings = FindingLog()
+        self.s.findings.record(kind, source, self.name, arrival_ms, where)
+
+    def knows_directory_server(self, name: str | None) -> bool:
+        """A directory server of the enterprise as this server knows them: itself, the PEC it was
+        configured with, a partition's authority (the PEC and the sites' PSCs, S_PSC), a PSC or BSC
+        neighbour, or a machine object of its replica whose PROPID_QM_SERVICE has the BSC, PSC or
+        PEC bit. Names compare case-insensitively, as MSMQ's machine names do."""
+        if not name:
+            return False
+        low = name.lower()
+        if low == self.name.lower() or low == (self.pec_name or "").lower():
+            return True
+        if any(p.authority.lower() == low for p in self.s.partitions.values()):
+            return True
+        if any(n.lower() == low for n in itertools.chain(self.s.psc_neighbors, self.s.bsc_neighbors)):
+            return True
+        guid = self._guid_of(name)
+        machine = self.store.get(guid) if guid else None
+        return machine is not None and machine.object_type == MQDS_MACHINE \
+            and bool(int(machine.properties.get(QM_SERVICE) or 0) & DIRECTORY_SERVICES)
 
     def _stamp_sent(self) -> None:
         """What this event sent was sent at its event time (not at the micro-batch's end)."""

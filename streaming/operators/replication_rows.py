@@ -18,6 +18,7 @@ from ..wire.guid import GUID_NULL
 from ..wire.propids import PROPIDS, propid
 from ..wire.seqnum import seq_hex
 from .findings import BUCKET_MS
+from .server_registry import check_text, fact_text, servers_named
 from .replica_store import DirObject
 from .replication import OBJECT_TYPE_NAMES, PURGE_STATE_NAMES, Outbound, Replica
 
@@ -263,6 +264,9 @@ def detail(o: Outbound) -> dict:
     return {}
 
 
+REGISTRY = "server_registry"        # facts and checks for the server registry (not a sink table)
+
+
 def finding_rows(r: Replica) -> list:
     """The findings touched since the last step; then those of buckets an hour behind the replica's
     clock are forgotten (a message that old is behind the watermark: Spark drops it as late)."""
@@ -273,13 +277,29 @@ def finding_rows(r: Replica) -> list:
     return rows
 
 
+def registry_rows(r: Replica, versions: list) -> list[tuple[str, dict]]:
+    """What the server registry learns from a step (streaming.operators.server_registry): the
+    directory servers its stored objects name, each at the earliest time of the step it was stored
+    at, and the senders the replica did not know itself."""
+    named: dict[str, int] = {}
+    for _guid, obj, removed, at, _kind in versions:
+        if not removed:
+            for name in servers_named(obj.object_type, obj.properties):
+                named[name] = min(named.get(name, at), at)
+    rows = [(REGISTRY, {"event_ms": at, "text": fact_text(name)}) for name, at in sorted(named.items())]
+    rows += [(REGISTRY, {"event_ms": c.at_ms, "text": check_text(c)}) for c in r.checks]
+    r.checks = []
+    return rows
+
+
 def step_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list[tuple[str, dict]]:
-    """Every sink row one step produced; clears the step's collected changes."""
+    """Every sink row one step produced, and what it hands on (REGISTRY); clears the step's
+    collected changes."""
     touched, removed, touched_at = r.store.take_changes()
     versions = r.store.take_versions()
     contents = [_content(guid, obj, removed) for guid, obj, removed, _at, _kind in versions]   # once each
     rows = (server_rows(r) + object_rows(r, touched, removed, touched_at) + version_rows(r, versions, contents)
             + history_rows(r, versions, contents) + deleted_rows(r) + pending_rows(r)
-            + outbound_rows(r, batch_ms, id_scope) + finding_rows(r))
+            + outbound_rows(r, batch_ms, id_scope) + finding_rows(r) + registry_rows(r, versions))
     r.out, r.pending_events, r.deleted_touched, r.ignored = [], [], {}, []
     return rows

@@ -11,8 +11,11 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import StringType, StructField, StructType
 
 from ..operators.discovery import (Discovery, DiscoveryState, Orphan, Outcome, Reply, Request, forget_at,
-                                  state_from_json, state_to_json)
+                                  reply_check, state_from_json, state_to_json)
+from ..operators.findings import evidence
+from ..operators.server_registry import Check, check_text
 from ..wire import decode
+from .replication_query import step_frame
 from .stateful import (apply_guarded, dead_letter, ordered_rows, raise_if_poison, replace_timers,
                        timer_dead_letter, typed_frame)
 
@@ -54,6 +57,8 @@ class DiscoveryProcessor(StatefulProcessor):
                               list(r.connected_network_array), r.responding_site_id)
                 out += self.core.on_reply(st, request_id, reply)
                 out += self._topology(st, reply)
+                out.append(reply_check(reply, row.destination_machine,
+                                       evidence(row.topic, row.partition, row.offset, row.message_id)))
 
         (st, out), poisoned = apply_guarded(lambda: (self._load(), []), ordered_rows(rows), apply)
         # what is due by the watermark happens now, as Spark's timers would after this batch's rows (a
@@ -77,9 +82,11 @@ class DiscoveryProcessor(StatefulProcessor):
         yield from self._emit(st, out)
 
     def _emit(self, st: DiscoveryState, out: list, dead: list | None = None):
-        rows = list(dead or [])
+        rows, checks = list(dead or []), []
         for item in out:
-            if isinstance(item, Outcome):
+            if isinstance(item, Check):
+                checks.append({"event_ms": item.at_ms, "text": check_text(item)})
+            elif isinstance(item, Outcome):
                 rows.append(("discovery_requests", {
                     "request_id": item.request_id, "enterprise_id": item.request.enterprise_id,
                     "client_site": item.request.site_id, "client": item.request.client,
@@ -99,7 +106,9 @@ class DiscoveryProcessor(StatefulProcessor):
             replace_timers(self.handle, None, self.fired_ms)
         else:
             self._save(st)
-        if rows:
+        if checks:
+            yield step_frame(rows, [], checks)
+        elif rows:
             yield typed_frame(rows)
 
     @staticmethod
@@ -121,3 +130,4 @@ class DiscoveryProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+

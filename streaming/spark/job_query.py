@@ -9,9 +9,12 @@ plan, one foreachBatch writing every table of a micro-batch in one sink transact
                F|sender      the MQQB packets a capture producer rejected (mqqb-malformed findings)
                P|topic|part  passes MQCN records and task summaries on
            its output: sink rows (typed chunks) and the MQCN operator's input (notifications, and the
-           directory versions the replicas derived, keyed by the owning queue manager)
+           directory versions the replicas derived, keyed by the owning queue manager), and the
+           server registry's input (the directory servers the replicas' objects name, and the
+           senders and discovery replies to check)
         -> QueueManagerProcessor, keyed by route_key:
                a queue manager (MQCN)
+               ~servers      the server registry (dsrp-unknown-sender, mqsd-rogue-reply findings)
                ~sink|n       passes the sink rows on
         -> JobWriter: the raw tables, every operator table, pipeline_progress, one transaction;
            then what the replicas send, to the outbound topic
@@ -41,6 +44,8 @@ from . import RECORDS_PER_TASK
 from .pipeline import BatchWriter, _start, checkpoint_query_id
 from .stateful import batch_rows
 from .replication_query import VERSIONS, ReplicationProcessor
+from .registry_query import SERVERS, RegistryProcessor
+from ..operators.replication_rows import REGISTRY
 from ..operators.notification_input import DIRECTORY, ROW_FIELDS
 from ..wire.topics import REJECTED_TOPIC, TOPICS
 
@@ -103,15 +108,17 @@ class DirectoryProcessor(StatefulProcessor):
 
     def _frame(self, origin: str, out: pd.DataFrame) -> pd.DataFrame:
         """An inner operator's frame (typed chunks, and a replica's versions) as the first operator's rows."""
-        versions = out["table_name"] == VERSIONS if "owner" in out.columns else None
-        sink = out[~versions] if versions is not None else out
+        routed = out["table_name"].isin((VERSIONS, REGISTRY)) if "owner" in out.columns else None
+        sink = out[~routed] if routed is not None else out
         rows = self._sink_rows(origin, sink["table_name"].tolist(), sink["rows"].tolist())
-        if versions is not None and versions.any():
-            found = out[versions]
+        if routed is not None and routed.any():
+            found = out[routed]
             rows += [(owner, None, None, None, None, None, int(ms), DIRECTORY, None, None, None, text.encode(),
+                      None, None, None, None, None, None) if table == VERSIONS else
+                     (SERVERS, None, None, None, None, None, int(ms), REGISTRY, None, None, None, text.encode(),
                       None, None, None, None, None, None)
-                     for owner, ms, text in zip(found["owner"].tolist(), found["event_ms"].tolist(),
-                                                found["text"].tolist())]
+                     for table, owner, ms, text in zip(found["table_name"].tolist(), found["owner"].tolist(),
+                                                       found["event_ms"].tolist(), found["text"].tolist())]
         return pd.DataFrame(rows, columns=list(FIRST_COLUMNS), dtype=object)
 
     def _sink_rows(self, origin: str, tables: list, chunks: list) -> list[tuple]:
@@ -140,23 +147,28 @@ class DirectoryProcessor(StatefulProcessor):
 class QueueManagerProcessor(StatefulProcessor):
     """The second operator: the MQCN queue managers; the sink rows pass on."""
 
-    def __init__(self, settings):
+    def __init__(self, settings, pec_name: str | None = None):
         self.queue_managers = NotificationProcessor(settings)
+        self.registry = RegistryProcessor(pec_name)
 
     def init(self, handle) -> None:
         self.queue_managers.init(handle)
+        self.registry.init(handle, self.queue_managers.state)     # its own key, the same value state
         self.seq = itertools.count()
+
+    def _inner(self, key: str):
+        return self.registry if key == SERVERS else self.queue_managers
 
     def handleInputRows(self, key, rows, timerValues):
         if key[0].startswith(SINK):
             for frame in rows:
                 yield frame[list(SINK_COLUMNS)]
             return
-        for out in self.queue_managers.handleInputRows(key, rows, timerValues):
+        for out in self._inner(key[0]).handleInputRows(key, rows, timerValues):
             yield self._stamped(key[0], out)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-        for out in self.queue_managers.handleExpiredTimer(key, timerValues, expiredTimerInfo):
+        for out in self._inner(key[0]).handleExpiredTimer(key, timerValues, expiredTimerInfo):
             yield self._stamped(key[0], out)
 
     def _stamped(self, key: str, frame) -> pd.DataFrame:
@@ -179,7 +191,7 @@ def job_stream(spark, opts: dict, settings, pec_name: str | None = None, id_scop
              .transformWithStateInPandas(DirectoryProcessor(pec_name, id_scope), FIRST_DDL, "Append", "EventTime",
                                          eventTimeColumnName="event_time"))
     return (first.groupBy("route_key")
-            .transformWithStateInPandas(QueueManagerProcessor(settings), SINK_DDL, "Append", "EventTime"))
+            .transformWithStateInPandas(QueueManagerProcessor(settings, pec_name), SINK_DDL, "Append", "EventTime"))
 
 
 def start_job_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, settings, once: bool = False,

@@ -22,7 +22,7 @@ from ..operators.findings import evidence
 from ..operators.notification_rows import FirstArrivals
 from ..operators.replica_store import ObjectStore
 from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
-from ..operators.replication_rows import step_rows
+from ..operators.replication_rows import REGISTRY, step_rows
 from ..wire import WireError, decode
 
 OUTBOUND_CONFIRM_S = 240
@@ -109,9 +109,10 @@ class ReplicationProcessor(StatefulProcessor):
 
     def _output(self, rows: list):
         versions = self.task_arrivals.pre_select([p for t, p in rows if t == VERSIONS])
-        sink = [(t, p) for t, p in rows if t != VERSIONS]
-        if sink or versions:
-            yield step_frame(sink, versions)
+        registry = [p for t, p in rows if t == REGISTRY]
+        sink = [(t, p) for t, p in rows if t != VERSIONS and t != REGISTRY]
+        if sink or versions or registry:
+            yield step_frame(sink, versions, registry)
 
     def _finish(self, r: Replica, dead: list | None = None):
         r.store.flush()
@@ -127,12 +128,14 @@ class ReplicationProcessor(StatefulProcessor):
 VERSION_COLUMNS = ("owner", "event_ms", "text")
 
 
-def step_frame(sink: list, versions: list) -> pd.DataFrame:
+def step_frame(sink: list, versions: list, registry: list = ()) -> pd.DataFrame:
     """A step's output: its sink rows as typed chunks (table_name, rows: stateful.typed_frame;
     directory_history's properties come as their JSON text already), then its directory versions
-    for the queue managers (table_name object_versions; owner, event_ms, text: VersionRecord's)."""
+    for the queue managers (table_name object_versions; owner, event_ms, text: VersionRecord's),
+    then what it hands the server registry (table_name server_registry; event_ms, text)."""
     rows = [(t, r, None, None, None) for t, r in typed_chunks(sink, rendered={"directory_history": ("properties",)})]
     rows += [(VERSIONS, None, v.owner, v.event_ms, v.text) for v in versions]
+    rows += [(REGISTRY, None, None, r["event_ms"], r["text"]) for r in registry]
     return pd.DataFrame(rows, columns=["table_name", "rows", *VERSION_COLUMNS], dtype=object)
 
 
@@ -145,15 +148,17 @@ def _same_instant(a, b) -> bool:
 def _receive(r: Replica, row) -> None:
     raise_if_poison(row.message_id)
     r.fire_timers_until(int(row.arrival_ms) - 1)       # the timers due before it fire first
-    r.inspect(authentication_level=row.authentication_level, source=row.source_machine,
-              arrival_ms=int(row.arrival_ms), where=evidence(row.topic, row.partition, row.offset, row.message_id))
     body = bytes(row.body)
     try:
         msg = decode("mqdsrp", body)
     except WireError:
-        return                              # a dead letter, recorded by the raw query
-    r.receive(msg, arrival_ms=int(row.arrival_ms), source=row.source_machine, message_class=row.message_class,
-              destination_queue=row.destination_queue, body=body)
+        msg = None                          # a dead letter, recorded by the raw query
+    if msg is not None:
+        r.receive(msg, arrival_ms=int(row.arrival_ms), source=row.source_machine, message_class=row.message_class,
+                  destination_queue=row.destination_queue, body=body)
+    r.inspect(authentication_level=row.authentication_level, source=row.source_machine,
+              arrival_ms=int(row.arrival_ms), where=evidence(row.topic, row.partition, row.offset, row.message_id),
+              message_class=row.message_class, decoded=msg is not None)
 
 
 def outbound_records(messages):
