@@ -30,6 +30,7 @@ from streaming.wire import WireError
 from streaming.wire import mqqb
 from streaming.wire.envelope import make_envelope
 from streaming.wire.rejected import rejected_record
+from streaming.wire.topics import CAPTURE_KEY
 
 from .tcp_streams import SEQ_MOD, Delivery, Direction
 
@@ -159,6 +160,7 @@ def envelope_of(seen: Seen, names: MachineNames) -> tuple[str, str, dict] | str:
                         sender_identifier=fields["sender_identifier"],
                         authentication_level=fields["authentication_level"],
                         hash_algorithm=fields["hash_algorithm"], message_id=fields["message_id"])
+    env[CAPTURE_KEY] = seen.where
     return protocol, dest, env
 
 
@@ -195,6 +197,7 @@ class CaptureDecoder:
             return
         env = make_envelope("mqsd", payload, source_machine=src, destination_machine=dst,
                             destination_queue=f"udp:{dport}", sent_time=ts_ms)
+        env[CAPTURE_KEY] = where
         self.out.items.append(("mqsd", dst, env))
 
     def tcp(self, ts_ms: int, where: str, key: tuple, seq: int, payload: bytes, flags: str) -> None:

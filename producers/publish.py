@@ -9,6 +9,7 @@ from streaming.wire.envelope import encode_envelope
 from streaming.wire.rejected import encode_rejected
 from streaming.wire.topics import REJECTED_TOPIC
 
+from streaming.wire.topics import CAPTURE_HEADER, CAPTURE_KEY, capture_header
 from .kafka import PROTOCOL_HEADER, TOPICS, Publisher
 
 
@@ -31,9 +32,12 @@ class PublishStats:
 
 
 def publish_envelope(pub: Publisher, protocol: str, key: str, envelope: dict, topics: dict[str, str] = TOPICS) -> None:
-    """Value: the framed Avro envelope; key: the destination machine; the protocol also in a header."""
-    pub.send(topics[protocol], key.encode("utf-8"), encode_envelope(envelope),
-             [(PROTOCOL_HEADER, envelope["protocol"].encode("ascii"))])
+    """Value: the framed Avro envelope; key: the destination machine; the protocol also in a header,
+    and for a message taken from a capture its position there."""
+    headers = [(PROTOCOL_HEADER, envelope["protocol"].encode("ascii"))]
+    if envelope.get(CAPTURE_KEY):                 # taken from a capture: where, for the job's findings
+        headers.append((CAPTURE_HEADER, capture_header(envelope[CAPTURE_KEY])))
+    pub.send(topics[protocol], key.encode("utf-8"), encode_envelope(envelope), headers)
 
 
 REJECTED = "mqqb-rejected"          # publish_all's protocol of a rejected packet's record

@@ -121,6 +121,18 @@ def test_a_machine_object_names_its_addresses_and_a_broken_blob_ends_the_walk():
     assert servers_named(6, {propid("E_PECNAME"): "pec0"}) == ["pec0"]
 
 
+def test_evidence_names_the_capture_position_a_capture_producer_put_in_the_record():
+    from streaming.operators.findings import evidence
+    from streaming.wire.topics import capture_header
+    header = capture_header("/data/dc1.pcapng:packet 812 (TCP 10.1.0.5:49152 > 10.1.0.1:1801, stream byte 4096)")
+    assert evidence("msmq.dsrp.raw", 2, 40, "m1", header.decode()) == {
+        "topic": "msmq.dsrp.raw", "partition": 2, "offset": 40, "message_id": "m1", "capture": "/data/dc1.pcapng",
+        "position": "packet 812 (TCP 10.1.0.5:49152 > 10.1.0.1:1801, stream byte 4096)"}
+    assert evidence("t", 0, 1, None, capture_header("eth0:packet 3").decode())["capture"] == "eth0"
+    assert evidence("t", 0, 1, None, "not json")["capture"] == "not json"      # another producer's header
+    assert "capture" not in evidence("t", 0, 1, None)
+
+
 def test_findings_are_the_same_however_the_micro_batches_fall():
     whole, _ = _run(7, 5000, ORDINARY_FAULTS, frozenset(MESSAGE_ATTACKS))
     assert _findings(whole)

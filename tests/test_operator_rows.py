@@ -172,7 +172,8 @@ def test_notification_input_rows_are_the_frames_rows_alike_however_they_are_chun
             "message_id": [None if rng.random() < 0.3 else f"m{rng.randrange(99)}" for _ in range(n)],
             "sender_identifier_type": pd.array([rng.choice([0, 2, None]) for _ in range(n)], dtype="Int64"),
             "authentication_level": pd.array([rng.choice([0, 1, None]) for _ in range(n)], dtype="Int64"),
-            "source_machine": ["m"] * n, "destination_machine": [None] * n, "destination_queue": ["q"] * n})
+            "source_machine": ["m"] * n, "destination_machine": [None] * n, "destination_queue": ["q"] * n,
+            "capture": [rng.choice([None, '{"capture": "c.pcap", "position": "packet 3"}']) for _ in range(n)]})
         whole = whole.astype({c: "float64" for c in ("partition", "sender_identifier_type", "authentication_level")})
         cut = sorted(rng.sample(range(1, n), rng.randrange(0, n - 1))) if n > 1 else []
         chunks = [whole.iloc[a:b].reset_index(drop=True) for a, b in zip([0] + cut, cut + [n])]

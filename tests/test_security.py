@@ -53,7 +53,7 @@ def test_replay_respond_run_and_verify_work_unchanged_on_the_secured_broker(secu
     kafka = ("--bootstrap", secured.bootstrap, "--kafka-config", config)
     truth, capture = tmp_path / "truth.json", tmp_path / "sim.pcapng"
     written = dirstream("produce", "simulate", "--seed", "30", "--count", "1200", "--truth", str(truth),
-                        "--pcap", str(capture), "--attack", "mqqb-malformed")
+                        "--pcap", str(capture), "--attack", "mqqb-malformed,dsrp-unsigned,mqcn-unauthenticated")
     assert written.returncode == 0, written.stderr[-2000:]
     injected = [a for a in json.loads(truth.read_text())["attacks"] if a["kind"] == "mqqb-malformed"]
     replayed = dirstream("produce", "replay", *kafka, str(capture))
@@ -83,9 +83,17 @@ def test_replay_respond_run_and_verify_work_unchanged_on_the_secured_broker(secu
     try:
         dead = db.query("SELECT COUNT(*) AS n FROM dead_letters WHERE protocol = 'mqqb'")[0]["n"]
         found = db.query("SELECT SUM(count) AS n FROM security_findings WHERE kind = 'mqqb-malformed'")[0]["n"]
+        unsigned = db.query("SELECT kind, evidence FROM security_findings "
+                            "WHERE kind IN ('dsrp-unsigned', 'mqcn-unauthenticated')")
     finally:
         db.close()
     assert dead == found == len(injected)
+    # a message-level finding from a capture names where its message is there too (a record header)
+    assert {row["kind"] for row in unsigned} == {"dsrp-unsigned", "mqcn-unauthenticated"}
+    for row in unsigned:
+        for where in json.loads(row["evidence"]).values():
+            assert where["capture"] == str(capture) and where["position"].startswith("packet "), where
+            assert " (TCP " in where["position"] and where["offset"] is not None
 
 
 def _continuously(secured, sink: str, job_dir, published: int) -> subprocess.CompletedProcess:

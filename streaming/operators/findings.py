@@ -154,10 +154,18 @@ class RejectedPackets:
         return cls(FindingLog(entries), now_ms)
 
 
-def evidence(topic: str | None, partition, offset, message_id: str | None) -> dict:
-    """Where the finding's message is in Kafka."""
-    return {"topic": topic, "partition": None if partition is None else int(partition),
-            "offset": None if offset is None else int(offset), "message_id": message_id}
+def evidence(topic: str | None, partition, offset, message_id: str | None, capture: str | None = None) -> dict:
+    """Where the finding's message is in Kafka; for a message a capture producer took from a capture,
+    also where it is there (capture: the record's capture header, JSON: capture and position)."""
+    where = {"topic": topic, "partition": None if partition is None else int(partition),
+             "offset": None if offset is None else int(offset), "message_id": message_id}
+    if capture:
+        import json
+        try:
+            where.update({k: str(v) for k, v in json.loads(capture).items() if k in ("capture", "position")})
+        except (ValueError, AttributeError):
+            where["capture"] = capture          # a header some other producer wrote: kept as it is
+    return where
 
 
 def _iso(ms: int) -> str:

@@ -14,8 +14,10 @@ from .notification_rows import directory_version
 from .notifications import QueueManager, notification_from
 
 ROW_FIELDS = ("event_ms", "kind", "topic", "partition", "offset", "body", "message_id", "sender_identifier_type",
-              "authentication_level", "source_machine", "destination_machine", "destination_queue")
-Row = namedtuple("Row", ROW_FIELDS)
+              "authentication_level", "source_machine", "destination_machine", "destination_queue", "capture")
+# capture: a capture producer's position of the message (a Kafka header); None in rows a state
+# stored before it was carried
+Row = namedtuple("Row", ROW_FIELDS, defaults=(None,))
 DIRECTORY = "directory"
 
 
@@ -87,7 +89,7 @@ def apply_row(qm: QueueManager, row: Row, skip=()) -> None:
                           sender_identifier_type=row.sender_identifier_type,
                           authentication_level=row.authentication_level, source=row.source_machine,
                           destination_queue=row.destination_queue)
-    n.origin = (row.topic, row.partition, row.offset, bytes(row.body))
+    n.origin = (row.topic, row.partition, row.offset, bytes(row.body), row.capture)
     if row.message_id in skip:
         # found poison while a timer fired: never taken in again; but it arrived, as it did for a
         # batching that received it in an earlier micro-batch (the findings stay the same)

@@ -204,7 +204,8 @@ class QueueManager:
         used for denial of service). Arrivals come in event-time order."""
         if self.s.findings is None:
             self.s.findings, self.s.recent_arrivals = FindingLog(), {}
-        where = evidence(*(n.origin or (None, None, None))[:3], n.message_id)
+        origin = n.origin or (None, None, None)
+        where = evidence(*origin[:3], n.message_id, origin[4] if len(origin) > 4 else None)
         if n.version == 1 and n.authentication_level in (None, "None"):
             self.s.findings.record("mqcn-unauthenticated", n.source, self.s.machine_id, n.arrival_ms, where)
         recent = self.s.recent_arrivals

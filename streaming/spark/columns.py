@@ -35,7 +35,7 @@ JOB_COLUMNS = (
     ("protocol", "string"), ("message_id", "string"), ("message_class", "string"),
     ("sender_identifier_type", "string"), ("authentication_level", "string"), ("source_machine", "string"),
     ("destination_machine", "string"), ("destination_queue", "string"), ("arrival_time", "timestamp"),
-    ("body", "binary"), ("summary", "binary"),
+    ("body", "binary"), ("capture", "string"), ("summary", "binary"),
 )
 
 

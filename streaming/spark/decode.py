@@ -150,9 +150,10 @@ _MINUTE_US = 60_000_000
 
 
 def summarize_records(topic: str, partition: int, records) -> pa.RecordBatch | None:
-    """records: (offset, kafka timestamp in us or None, key, value) of one Kafka partition, in order."""
+    """records: (offset, kafka timestamp in us or None, key, value[, capture position]) of one Kafka
+    partition, in order."""
     decoder, summary = Decoder(), TaskSummary(topic, partition)
-    for offset, ts, key, value in records:
+    for offset, ts, key, value, *_capture in records:
         protocol, env, _record, exc = decoder.check(topic, value)
         summary.count(offset, ts, key, value, protocol, env, exc)
     return summary.batch()
@@ -224,12 +225,13 @@ JOB_CHUNK = 20_000
 
 
 def job_batches(topic: str, partition: int, records, chunk: int = JOB_CHUNK):
-    """records: (offset, kafka timestamp in us or None, key, value) of one Kafka partition, in order."""
+    """records: (offset, kafka timestamp in us or None, key, value[, capture position]) of one Kafka
+    partition, in order."""
     from ..sinks.typed import ipc_bytes
     decoder, summary = Decoder(), TaskSummary(topic, partition)
     pass_on = f"{PASS_ON}{topic}|{partition}"
     rows: list[tuple] = []
-    for offset, ts, key, value in records:
+    for offset, ts, key, value, *capture in records:
         protocol, env, record, exc = decoder.check(topic, value)
         summary.count(offset, ts, key, value, protocol, env, exc)
         if exc is None or isinstance(exc, RejectedPacket):
@@ -237,7 +239,7 @@ def job_batches(topic: str, partition: int, records, chunk: int = JOB_CHUNK):
             rows.append((key, topic, partition, offset, protocol,
                          env["message_id"], env["message_class"], env["sender_identifier_type"],
                          env["authentication_level"], env["source_machine"], env["destination_machine"],
-                         env["destination_queue"], env["arrival_time"] * 1000, env["body"], None))
+                         env["destination_queue"], env["arrival_time"] * 1000, env["body"], capture[0] if capture else None, None))
             if len(rows) >= chunk:
                 yield _job_batch(rows)
                 rows = []

@@ -58,7 +58,8 @@ class DiscoveryProcessor(StatefulProcessor):
                 out += self.core.on_reply(st, request_id, reply)
                 out += self._topology(st, reply)
                 out.append(reply_check(reply, row.destination_machine,
-                                       evidence(row.topic, row.partition, row.offset, row.message_id)))
+                                       evidence(row.topic, row.partition, row.offset, row.message_id,
+                                                getattr(row, "capture", None))))
 
         (st, out), poisoned = apply_guarded(lambda: (self._load(), []), ordered_rows(rows), apply)
         # what is due by the watermark happens now, as Spark's timers would after this batch's rows (a

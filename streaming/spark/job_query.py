@@ -59,7 +59,7 @@ FIRST_COLUMNS = ("route_key", "event_time") + SINK_COLUMNS + ROW_FIELDS
 FIRST_DDL = ("route_key string, event_time timestamp, " + SINK_DDL + ", event_ms bigint, kind string, "
              "topic string, partition int, offset bigint, body binary, message_id string, "
              "sender_identifier_type string, authentication_level string, source_machine string, "
-             "destination_machine string, destination_queue string")
+             "destination_machine string, destination_queue string, capture string")
 _NO_INPUT = (None,) * len(ROW_FIELDS)
 # the queue manager a notification goes to: the GUID of a PRIVATE= format name (MQCN 1.9), else the
 # destination machine (as the four-query job's notification source keyed it)
@@ -114,9 +114,9 @@ class DirectoryProcessor(StatefulProcessor):
         if routed is not None and routed.any():
             found = out[routed]
             rows += [(owner, None, None, None, None, None, int(ms), DIRECTORY, None, None, None, text.encode(),
-                      None, None, None, None, None, None) if table == VERSIONS else
+                      None, None, None, None, None, None, None) if table == VERSIONS else
                      (SERVERS, None, None, None, None, None, int(ms), REGISTRY, None, None, None, text.encode(),
-                      None, None, None, None, None, None)
+                      None, None, None, None, None, None, None)
                      for table, owner, ms, text in zip(found["table_name"].tolist(), found["owner"].tolist(),
                                                        found["event_ms"].tolist(), found["text"].tolist())]
         return pd.DataFrame(rows, columns=list(FIRST_COLUMNS), dtype=object)
@@ -132,11 +132,13 @@ class DirectoryProcessor(StatefulProcessor):
             rows = self._sink_rows(origin, [RAW_SUMMARY] * len(counted), counted)
             records = frame[~summary]
             rows += [(queue_manager_key(queue, machine), None, None, None, None, None, int(ms), "mqcn", topic,
-                      int(partition), int(offset), body, message_id, sender_type, level, source, machine, queue)
-                     for ms, topic, partition, offset, body, message_id, sender_type, level, source, machine, queue
-                     in zip(*(records[c].tolist() for c in (
+                      int(partition), int(offset), body, message_id, sender_type, level, source, machine, queue,
+                      capture)
+                     for ms, topic, partition, offset, body, message_id, sender_type, level, source, machine, queue,
+                     capture in zip(*(records[c].tolist() for c in (
                          "arrival_ms", "topic", "partition", "offset", "body", "message_id", "sender_identifier_type",
-                         "authentication_level", "source_machine", "destination_machine", "destination_queue")))]
+                         "authentication_level", "source_machine", "destination_machine", "destination_queue",
+                         "capture")))]
             if rows:
                 yield pd.DataFrame(rows, columns=list(FIRST_COLUMNS), dtype=object)
 

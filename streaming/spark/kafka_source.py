@@ -36,7 +36,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from ..wire.topics import TOPICS
+from ..wire.topics import CAPTURE_HEADER, TOPICS
 from .kafka_offsets import READ_AHEAD, EndOffsets, SourceError, flatten, nest
 
 SOURCE_NAME = "msmq_kafka"
@@ -304,7 +304,8 @@ def _release_consumer(key: tuple, consumer, reusable: bool) -> None:
 
 
 def _read_records(consumer, part: KafkaInputPartition):
-    """(offset, timestamp in us or None, key, value) of every record in the partition's range."""
+    """(offset, timestamp in us or None, key, value, capture position or None) of every record in
+    the partition's range."""
     position, last_data = part.start, time.monotonic()
     while position < part.end:
         batch = consumer.consume(min(ARROW_BATCH_ROWS, part.end - position), 1.0)
@@ -323,10 +324,20 @@ def _read_records(consumer, part: KafkaInputPartition):
             if offset >= part.end:
                 return
             ts_type, ts = msg.timestamp()
-            yield offset, (ts * 1000 if ts_type and ts >= 0 else None), msg.key(), msg.value()
+            yield offset, (ts * 1000 if ts_type and ts >= 0 else None), msg.key(), msg.value(), _capture(msg)
             position = offset + 1
         if batch:
             last_data = time.monotonic()
+
+
+def _capture(msg) -> str | None:
+    """The capture position a capture producer put in the record's headers (JSON), else None."""
+    headers = msg.headers()
+    if headers:
+        for name, value in headers:
+            if name == CAPTURE_HEADER and value:
+                return value.decode("utf-8", "replace")
+    return None
 
 
 def _position(consumer, part: KafkaInputPartition) -> int:
@@ -337,7 +348,7 @@ def _position(consumer, part: KafkaInputPartition) -> int:
 
 def _arrow_batches(records, topic: str, partition: int):
     columns = {name: [] for name in SCHEMA.names}
-    for offset, ts, key, value in records:
+    for offset, ts, key, value, *_capture in records:
         columns["offset"].append(offset)
         columns["timestamp"].append(ts)
         columns["key"].append(key)

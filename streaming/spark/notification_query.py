@@ -86,7 +86,8 @@ def input_rows(frames) -> list[Row]:
     them a cell at a time through pandas."""
     rows: list[Row] = []
     for frame in frames:
-        rows.extend(map(Row._make, zip(*(_plain_column(frame[name]) for name in ROW_FIELDS))))
+        present = [name for name in ROW_FIELDS if name in frame]     # capture: absent from older frames
+        rows.extend(Row(*values) for values in zip(*(_plain_column(frame[name]) for name in present)))
     return rows
 
 
@@ -103,5 +104,5 @@ class _Origin:
     """A pending notification's Kafka coordinates and body, as a dead letter wants them."""
 
     def __init__(self, n):
-        self.topic, self.partition, self.offset, self.body = n.origin
+        self.topic, self.partition, self.offset, self.body = n.origin[:4]
         self.message_id, self.arrival_ms, self.source_machine = n.message_id, n.arrival_ms, n.source

@@ -157,7 +157,8 @@ def _receive(r: Replica, row) -> None:
         r.receive(msg, arrival_ms=int(row.arrival_ms), source=row.source_machine, message_class=row.message_class,
                   destination_queue=row.destination_queue, body=body)
     r.inspect(authentication_level=row.authentication_level, source=row.source_machine,
-              arrival_ms=int(row.arrival_ms), where=evidence(row.topic, row.partition, row.offset, row.message_id),
+              arrival_ms=int(row.arrival_ms),
+              where=evidence(row.topic, row.partition, row.offset, row.message_id, getattr(row, "capture", None)),
               message_class=row.message_class, decoded=msg is not None)
 
 

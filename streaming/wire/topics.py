@@ -7,3 +7,17 @@ REJECTED_TOPIC = "msmq.qb.rejected"
 SOURCE_TOPICS = (*TOPICS.values(), REJECTED_TOPIC)
 PROTOCOL_OF_TOPIC = {topic: protocol for protocol, topic in TOPICS.items()}
 PROTOCOL_HEADER = "protocol"
+# a message taken from a packet capture: where it is in the capture, as JSON {"capture": the file
+# or interface, "position": the packet and, for MQQB, the TCP flow and stream byte}
+CAPTURE_HEADER = "capture"
+CAPTURE_KEY = "capture_position"        # the envelope dict's key a capture producer sets (not Avro)
+
+
+def capture_header(where: str) -> bytes:
+    """A capture producer's position text ("<file>:packet <n> (...)") as the header's JSON."""
+    import json
+    capture, sep, position = where.rpartition(":packet ")
+    if not sep:
+        capture, _, position = where.rpartition(":")
+        return json.dumps({"capture": capture, "position": position}).encode()
+    return json.dumps({"capture": capture, "position": "packet " + position}).encode()
