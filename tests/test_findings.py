@@ -278,3 +278,39 @@ def test_verify_holds_the_findings_to_the_attacks_the_truth_lists():
     assert any("not found" in d or "found" in d and unsigned["source"] in d for d in diffs), diffs
     assert f"dsrp-unsigned from psc-nobody to {unsigned['target']}: {unsigned['count']} messages found, " \
            "no attack injected" in diffs
+
+
+def test_the_server_registry_in_the_second_operator_finds_and_never_fails_the_batch(monkeypatch):
+    """The registry's key of the job's second operator: facts and checks wait for the watermark, a
+    check is decided after the grace (a finding row), and a registry that raises leaves a dead
+    letter instead of failing the micro-batch."""
+    import pandas as pd
+    from pyspark.sql.streaming.tws_tester import TwsTester
+    from streaming.operators.notification_input import ROW_FIELDS
+    from streaming.operators.server_registry import DECIDE_AFTER_MS, Check, check_text, fact_text
+    from streaming.spark import registry_query
+    from streaming.spark.job_query import QueueManagerProcessor
+    from streaming.operators.notifications import Settings
+    from test_poison import outputs
+
+    def frame(*rows):
+        return pd.DataFrame([dict(dict.fromkeys(ROW_FIELDS), event_ms=at, kind="server_registry", body=text.encode())
+                             for at, text in rows])
+    t = 1_767_225_600_000
+    tester = TwsTester(QueueManagerProcessor(Settings(), "pec0"), timeMode="EventTime",
+                       eventTimeExtractor=lambda row: int(row["event_ms"]))
+    rogue = Check("dsrp-unknown-sender", t, "rogue-ds1", "psc1", ["rogue-ds1"], {"offset": 7, "message_id": "m7"})
+    known = Check("dsrp-unknown-sender", t, "bsc1-1", "psc1", ["bsc1-1"], {"offset": 8, "message_id": "m8"})
+    assert outputs(tester.testInPandas(registry_query.SERVERS, frame(
+        (t, check_text(rogue)), (t, check_text(known)), (t + 1_000, fact_text("bsc1-1"))))) == {}
+    assert outputs(tester.setWatermark(t + DECIDE_AFTER_MS - 1)) == {}          # not yet: the grace
+    found = outputs(tester.setWatermark(t + DECIDE_AFTER_MS + 5))
+    assert [(r["kind"], r["source"], r["target"], r["count"]) for r in found["security_findings"]] == \
+        [("dsrp-unknown-sender", "rogue-ds1", "psc1", 1)]
+
+    def broken(*_args):
+        raise RuntimeError("registry broken")
+    monkeypatch.setattr(registry_query, "advance", broken)
+    out = outputs(tester.testInPandas(registry_query.SERVERS, frame((t + DECIDE_AFTER_MS + 10, fact_text("x")))))
+    (dead,) = out["dead_letters"]
+    assert dead["stage"] == "operator:server-registry" and "registry broken" in dead["error"]

@@ -9,11 +9,12 @@ changed no state schema of a checkpoint.
 import pickle
 
 from .notification_query import input_rows
-from .stateful import replace_timers, typed_frame
+from .stateful import replace_timers, timer_dead_letter, typed_frame
 from ..operators.notification_input import Row
 from ..operators.server_registry import ServerRegistry, advance
 
 SERVERS = "~servers"                        # its route key
+STAGE = "operator:server-registry"
 
 
 class RegistryProcessor:
@@ -25,13 +26,24 @@ class RegistryProcessor:
 
     def handleInputRows(self, key, rows, timerValues):
         self.fired_ms = None
-        registry, held = self._stored()
-        yield from self._advance(registry, held + input_rows(rows), timerValues.getCurrentWatermarkInMs())
+        watermark = timerValues.getCurrentWatermarkInMs()
+        yield from self._guarded(key[0], watermark, lambda registry, held: held + input_rows(rows))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         self.fired_ms = expiredTimerInfo.getExpiryTimeInMs()          # Spark removes it itself
-        registry, held = self._stored()
-        yield from self._advance(registry, held, timerValues.getCurrentWatermarkInMs())
+        yield from self._guarded(key[0], timerValues.getCurrentWatermarkInMs(), lambda registry, held: held)
+
+    def _guarded(self, key: str, watermark_ms: int, rows_of):
+        """Never fails the micro-batch: if the registry raises, its state stays as it was, its timer
+        goes (its next input arms one again) and a dead letter says why."""
+        try:
+            registry, held = self._stored()
+            out = list(self._advance(registry, rows_of(registry, held), watermark_ms))
+        except Exception as exc:          # noqa: BLE001 -- whatever it is, the job goes on
+            replace_timers(self.handle, None, self.fired_ms)
+            yield typed_frame([timer_dead_letter(STAGE, "registry", key, self.fired_ms or watermark_ms, exc)])
+            return
+        yield from out
 
     def _stored(self) -> tuple[ServerRegistry, list[Row]]:
         if not self.state.exists():
