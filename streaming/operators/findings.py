@@ -30,11 +30,10 @@ KINDS: dict[str, tuple[str, str]] = {
                 "message carrying replication data (MC-MQDSRP 5.1, note <13>), and unsigned replication data "
                 "can be tampered with to corrupt the directory"),
     "dsrp-unknown-sender": (
-        "high", "a replication message from a machine the receiving server does not know as a directory server "
-                "of the enterprise (not its PEC, not a partition's authority, not a PSC or BSC neighbour, no "
-                "machine object of its replica with a directory service bit), looked at once the message is "
-                "processed; replication data can be tampered with (MC-MQDSRP 5.1), and only the directory "
-                "servers replicate"),
+        "high", "a replication message from a machine no replica knows as a directory server of the enterprise "
+                "(the server registry: machine objects with a directory service bit, the sites' PSCs, the PEC) "
+                "2 minutes after it; replication data can be tampered with (MC-MQDSRP 5.1), and only the "
+                "directory servers replicate"),
     "mqsd-rogue-reply": (
         "high", "a discovery reply whose responder (its address) or whose listed directory servers are no "
                 "directory servers of the replicas' site and machine objects; discovery has no security, any "

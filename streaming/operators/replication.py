@@ -36,7 +36,7 @@ from ..wire.properties import Property, object_type_of
 from ..wire.propids import propid
 from ..wire.seqnum import MAX_SEQ_NUMBER, MIN_SEQ_NUMBER, add, subtract
 from .findings import FindingLog
-from .server_registry import Check
+from .server_registry import SERVICE_BITS, Check
 from .replica_store import DirObject, ObjectStore, StoreLayout
 
 PEC_PARTITION_ID = GUID_NULL
@@ -48,7 +48,6 @@ MQDS_QUEUE, MQDS_MACHINE, MQDS_SITE, MQDS_CN, MQDS_ENTERPRISE, MQDS_USER, MQDS_R
 OBJECT_TYPE_NAMES = {1: "queue", 2: "machine", 3: "site", 5: "connected_network", 6: "enterprise", 7: "user",
                      8: "routing_link"}
 SERVICE_BSC = 0x2
-DIRECTORY_SERVICES = 0x2 | 0x4 | 0x8     # PROPID_QM_SERVICE's BSC, PSC and PEC bits (MS-MQMQ 2.3.2.9)
 MQ_OK, MQ_ERROR = 0, 0xC00E0001
 # The seed names these statuses without values; the reply carries MQ_ERROR and the table the name.
 MQDS_OBJECT_NOT_FOUND = "MQDS_OBJECT_NOT_FOUND"
@@ -291,7 +290,7 @@ class Replica:
         guid = self._guid_of(name)
         machine = self.store.get(guid) if guid else None
         return machine is not None and machine.object_type == MQDS_MACHINE \
-            and bool(int(machine.properties.get(QM_SERVICE) or 0) & DIRECTORY_SERVICES)
+            and bool(int(machine.properties.get(QM_SERVICE) or 0) & SERVICE_BITS)
 
     def _stamp_sent(self) -> None:
         """What this event sent was sent at its event time (not at the micro-batch's end)."""
