@@ -84,7 +84,8 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path, spark):
         try:
             # bounds only a hang exceeds: a loaded machine took more than 600 s to converge here
             _wait_for(lambda: verified(truth_file, slowed, *CONVERGING).returncode == 0, proc, timeout=1800,
-                      why=lambda: verified(truth_file, slowed, *CONVERGING).stdout[-3000:])
+                      why=lambda: verified(truth_file, slowed, *CONVERGING).stdout[-3000:]
+                      + f"\nrows dropped as late: {_late_rows(slowed)}")
             wait_until_answered(responder)
             settled = _Settled(broker, slowed)
             _wait_for(settled, proc, timeout=600)

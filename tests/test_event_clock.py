@@ -1,14 +1,18 @@
 """The job's source under --max-records: a capped micro-batch stays within the cap and ends every raw
 partition at one event time, so that no partition runs ahead of another (a real broker; the
 reader's planning driven by hand)."""
+import os
 import random
+import signal
+import threading
 
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from producers.kafka import KafkaSettings, ensure_topics
-from streaming.spark.kafka_offsets import flatten
+from streaming.spark.event_clock import ArrivalIndex
+from streaming.spark.kafka_offsets import SourceError, flatten
 from streaming.spark.kafka_source import KafkaStreamReader, _cap
 from streaming.spark.pipeline import source_options
 from streaming.wire.envelope import encode_envelope, make_envelope
@@ -99,3 +103,27 @@ def _fullest(begin: dict, shares: dict, cap: int) -> int:
     counts = [taken(u) for u in reached]                  # grows with the time
     within = [n for n in counts if n <= cap]
     return max(within) if within else min(counts)
+
+
+def test_a_record_the_broker_is_slow_to_bring_is_waited_for_never_taken_as_early(kafka_broker, broker):
+    """A fetch that brings nothing (a broker paused, restarting, or slow on a loaded machine) is tried
+    again: taken as a record arriving early, it would end its partition past the others and their
+    rows behind the watermark would be dropped as late. A broker that does not come back within the
+    wait fails the planning with a clear error instead."""
+    _topics(broker)
+    pid = kafka_broker.status().pid
+    patient = ArrivalIndex({"bootstrap.servers": broker}, fetch_timeout_s=1.0)
+    impatient = ArrivalIndex({"bootstrap.servers": broker}, fetch_timeout_s=0.5, broker_wait_s=1.5)
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(6.0, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    try:
+        with pytest.raises(SourceError, match=rf"{SD}\[0\] at offset 2 .*no record came"):
+            impatient.arrival_at((SD, 0), 2)
+        assert patient.arrival_at((SD, 0), 2) == T0 + ARRIVALS[SD][2]      # paused 6 s: asked 3 times or more
+        assert patient.arrival_at((SD, 0), 3) == T0 + ARRIVALS[SD][3]
+    finally:
+        resume.cancel()
+        os.kill(pid, signal.SIGCONT)
+        patient.close()
+        impatient.close()

@@ -10,14 +10,15 @@ arrival order), so the end of a partition at a time is found by binary search ov
 reading one record per step (driver side, a few dozen small reads per planning).
 """
 import logging
+import time
 
 from confluent_kafka import Consumer, TopicPartition
 
 from ..wire.envelope import EnvelopeError, arrival_ms_of
-from .kafka_offsets import READ_AHEAD
+from .kafka_offsets import BROKER_WAIT_S, READ_AHEAD, SourceError
 
 log = logging.getLogger("dirstream.clock")
-FETCH_TIMEOUT_S = 10.0
+FETCH_TIMEOUT_S = 10.0              # one attempt at a record; a record is asked for again until BROKER_WAIT_S
 FETCHED_KEPT = 20_000               # records read along with the one asked for, kept at most
 
 
@@ -25,8 +26,9 @@ class ArrivalIndex:
     """Driver side: the arrival time of the record at an offset (one small read, cached), and the
     offset a partition's range ends at to stop at an event time (binary search)."""
 
-    def __init__(self, conf: dict):
+    def __init__(self, conf: dict, fetch_timeout_s: float = FETCH_TIMEOUT_S, broker_wait_s: float = BROKER_WAIT_S):
         self.conf = conf
+        self.fetch_timeout_s, self.broker_wait_s = fetch_timeout_s, broker_wait_s
         self._consumer: Consumer | None = None
         self._arrivals: dict[tuple[str, int, int], int | None] = {}
         self._fetched: dict[tuple[str, int, int], bytes | None] = {}    # read along, not decoded yet
@@ -75,18 +77,41 @@ class ArrivalIndex:
         return self._arrivals[key]
 
     def value_at(self, tp: tuple[str, int], offset: int) -> bytes | None:
-        """The record's value. A read costs tens of milliseconds (assigning the partition, then the
-        fetch), and the fetch brings the records after it too: those are kept, undecoded, for the
-        binary search's later steps, which come ever closer."""
+        """The record's value; None if the partition holds no record there (a transaction marker).
+        A read costs tens of milliseconds (assigning the partition, then the fetch), and the fetch
+        brings the records after it too: those are kept, undecoded, for the binary search's later
+        steps, which come ever closer. A fetch that brings nothing (a broker restarting, or slow on a
+        loaded machine) is tried again, never taken for a missing record: a record taken as arriving
+        early would end its partition past the others, and their rows behind the watermark would be
+        dropped as late."""
+        started = time.monotonic()
+        while True:
+            found, value = self._fetch(tp, offset)
+            if found:
+                return value
+            waited = time.monotonic() - started
+            if waited >= self.broker_wait_s:
+                raise SourceError(f"cannot read {tp[0]}[{tp[1]}] at offset {offset} from "
+                                  f"{self.conf.get('bootstrap.servers')}: no record came for {waited:.0f} s; start "
+                                  f"the broker, then run the job again: it resumes from its checkpoint")
+            log.warning("%s[%d] at offset %d: no record after %.0f s; asking again (up to %.0f s)",
+                        tp[0], tp[1], offset, waited, self.broker_wait_s)
+            self.close()                        # a client that saw the broker go may hold stale metadata
+
+    def _fetch(self, tp: tuple[str, int], offset: int) -> tuple[bool, bytes | None]:
+        """(True, value) once the partition answers at offset ((True, None): no record there), else
+        (False, None) after fetch_timeout_s."""
         self.consumer.assign([TopicPartition(tp[0], tp[1], offset)])
-        for _ in range(int(FETCH_TIMEOUT_S / 0.5)):
+        deadline = time.monotonic() + self.fetch_timeout_s
+        while time.monotonic() < deadline:
             msg = self.consumer.poll(0.5)
             if msg is None or msg.error() is not None:
                 continue
             if msg.offset() >= offset:
                 self._keep_fetched(tp)
-                return msg.value() if msg.offset() == offset else None
-        return None
+                return True, (msg.value() if msg.offset() == offset else None)
+        (position,) = self.consumer.position([TopicPartition(tp[0], tp[1])])
+        return position.offset > offset, None     # consumed past it: no record there (transaction markers)
 
     def _keep_fetched(self, tp: tuple[str, int]) -> None:
         if len(self._fetched) > FETCHED_KEPT:
