@@ -148,3 +148,26 @@ def test_the_brokers_heap_is_resident_from_its_start(kafka_broker):
     assert kafka_broker.heap == "768m"
     resident = resident_kb(kafka_broker.status().pid)
     assert resident >= heap_kb, f"the broker holds {resident} kB, less than its {heap_kb} kB heap"
+
+
+
+def test_a_reading_task_whose_client_fetches_nothing_reads_on_with_a_fresh_one(broker, monkeypatch):
+    """A reading task's client that brings no record (one that saw the broker restart under it
+    fetched nothing for minutes, the records on the broker: stale metadata) is replaced by a fresh
+    one at the position reached, and the range is read to its end, each record once."""
+    from streaming.spark import kafka_source
+    from streaming.spark.kafka_source import KafkaInputPartition
+    monkeypatch.setattr(kafka_source, "RENEW_AFTER_S", 2.0)
+    topic = TOPICS["mqsd"]
+    ensure_topics(KafkaSettings(broker), {topic: 1})
+    _produce(broker, topic, _mqsd_records(10), partition=0)
+    conf = {"bootstrap.servers": broker}
+    stuck = kafka_source._assigned(kafka_source._new_consumer({"bootstrap.servers": "127.0.0.1:1"}), topic, 0, 3)
+    renewed: list[int] = []
+
+    def renew(position: int):
+        renewed.append(position)
+        return kafka_source._assigned(kafka_source._new_consumer(conf), topic, 0, position)
+    read = [r[0] for r in kafka_source._read_records(stuck, KafkaInputPartition(topic, 0, 3, 10), renew)]
+    assert read == [3, 4, 5, 6, 7, 8, 9] and renewed == [3]
+    stuck.close()

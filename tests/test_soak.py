@@ -47,7 +47,14 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     # the steady phase ends at minute 1.5, or later if the sink outage waited long for the job's first batch
     for kind in ("broker", "driver", "jvm", "python workers"):
         assert any(f.startswith(f"{kind} resident memory, minute 0.75 -> ") for f in figures), result["figures"]
-    assert {"job lag after minute 0.5", "catch-up"} <= figures, result["figures"]
+    assert {"job lag after minute 0.5", "catch-up", "end-to-end latency (publication to commit in the sink) after "
+            "minute 0.5"} <= figures, result["figures"]
+    # the latency markers were committed, each at least as late as it was published, and the catch-up
+    # shows as latency (markers published while the job was stopped waited for it)
+    steady = [s["latency"] for s in result["samples"] if s["phase"] == "steady" and s["latency"]["n"]]
+    assert steady and all(0 < x["p50"] <= x["p99"] for x in steady), steady
+    per_minute = [m for m in result["latency_per_minute"] if m["n"]]
+    assert per_minute and max(m["p99"] for m in per_minute) >= 0.4 * 60 * 0.5, per_minute
     events = [what for _minute, what in result["events"]]
     assert "broker stopped" in events and "broker started again on its log directories" in events
     assert events.index("sink database stopped") + 1 == events.index("sink database started again")

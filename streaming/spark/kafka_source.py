@@ -27,6 +27,7 @@ batches. Options:
   kafka.<setting>    any Kafka client setting (security.protocol, sasl.*, ssl.*, ...)
 """
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from ..wire.topics import CAPTURE_HEADER, TOPICS
 from .kafka_offsets import READ_AHEAD, EndOffsets, SourceError, flatten, nest
+
+log = logging.getLogger("dirstream.source")
 
 SOURCE_NAME = "msmq_kafka"
 SCHEMA = StructType([
@@ -63,6 +66,7 @@ def arrow_schema():
 
 ARROW_BATCH_ROWS = 10_000
 READ_IDLE_TIMEOUT_S = 240.0          # longer than the driver's wait for an unreachable broker
+RENEW_AFTER_S = 20.0                 # a reading task's client is replaced after this long without a record
 
 
 @dataclass
@@ -254,11 +258,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: KafkaInputPartition):
         from confluent_kafka import TopicPartition
         pool_key = tuple(sorted(self.conf.items()))
-        consumer = _reading_consumer(pool_key, self.conf)
+        held = {"consumer": _reading_consumer(pool_key, self.conf)}
         finished = False
+
+        def renew(position: int):
+            held["consumer"].close()
+            held["consumer"] = _assigned(_new_consumer(self.conf), partition.topic, partition.partition, position)
+            return held["consumer"]
         try:
-            consumer.assign([TopicPartition(partition.topic, partition.partition, partition.start)])
-            records = _read_records(consumer, partition)
+            records = _read_records(_assigned(held["consumer"], partition.topic, partition.partition, partition.start),
+                                    partition, renew)
             mode = self.options.get("decode", "false").lower()
             if mode == "summary":
                 from .decode import summarize_records
@@ -275,7 +284,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from batches
             finished = True
         finally:
-            _release_consumer(pool_key, consumer, finished)
+            _release_consumer(pool_key, held["consumer"], finished)
 
 
 # Each Python worker keeps its Kafka consumer from task to task (Spark reuses the workers), as
@@ -286,11 +295,19 @@ _CONSUMERS: dict[tuple, object] = {}
 
 def _reading_consumer(key: tuple, conf: dict):
     consumer = _CONSUMERS.pop(key, None)
-    if consumer is None:
-        from confluent_kafka import Consumer
-        consumer = Consumer({**READ_AHEAD, **conf, "group.id": conf.get("group.id", "dirstream-source"),
-                             "enable.auto.commit": False, "auto.offset.reset": "error",
-                             "fetch.wait.max.ms": 10, "log_level": conf.get("log_level", 3)})
+    return consumer if consumer is not None else _new_consumer(conf)
+
+
+def _new_consumer(conf: dict):
+    from confluent_kafka import Consumer
+    return Consumer({**READ_AHEAD, **conf, "group.id": conf.get("group.id", "dirstream-source"),
+                     "enable.auto.commit": False, "auto.offset.reset": "error",
+                     "fetch.wait.max.ms": 10, "log_level": conf.get("log_level", 3)})
+
+
+def _assigned(consumer, topic: str, partition: int, position: int):
+    from confluent_kafka import TopicPartition
+    consumer.assign([TopicPartition(topic, partition, position)])
     return consumer
 
 
@@ -303,10 +320,13 @@ def _release_consumer(key: tuple, consumer, reusable: bool) -> None:
         consumer.close()
 
 
-def _read_records(consumer, part: KafkaInputPartition):
+def _read_records(consumer, part: KafkaInputPartition, renew=None):
     """(offset, timestamp in us or None, key, value, capture position or None) of every record in
-    the partition's range."""
+    the partition's range. renew(position): a fresh client assigned there, asked for after
+    RENEW_AFTER_S without a record (a client that saw the broker restart under it fetched nothing
+    for minutes with the records on the broker: stale metadata, as kafka_offsets.EndOffsets found)."""
     position, last_data = part.start, time.monotonic()
+    renewed = last_data
     while position < part.end:
         batch = consumer.consume(min(ARROW_BATCH_ROWS, part.end - position), 1.0)
         if not batch and _position(consumer, part) >= part.end:
@@ -314,6 +334,10 @@ def _read_records(consumer, part: KafkaInputPartition):
         if not batch and time.monotonic() - last_data > READ_IDLE_TIMEOUT_S:
             raise SourceError(f"{part.topic}[{part.partition}]: no records after offset {position} within "
                               f"{READ_IDLE_TIMEOUT_S:.0f} s, expected up to {part.end - 1}")
+        if not batch and renew is not None and time.monotonic() - renewed > RENEW_AFTER_S:
+            log.warning("%s[%d]: no record after offset %d for %.0f s; reading on with a fresh Kafka client",
+                        part.topic, part.partition, position, time.monotonic() - last_data)
+            consumer, renewed = renew(position), time.monotonic()
         for msg in batch:
             err = msg.error()
             if err is not None:

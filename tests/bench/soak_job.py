@@ -23,7 +23,9 @@ One run, on a fresh embedded Apache Kafka broker, producer, broker and job on th
 Sampled every `--sample-s` seconds (60) and printed as a table: CPU (share of one core over the
 interval) and resident memory of the broker, the producer and the job's driver, JVM and Python
 workers; per query the records read, the records not read yet and that lag in seconds of its topics'
-traffic. The samples go to `soak.json` and a chart to `soak.png` in `--out`. The criteria, checked
+traffic; the median and 99th percentile of the end-to-end latency of the markers committed since the
+sample before (per minute with the default --sample-s; soak.json also has them per minute of
+publication). The samples go to `soak.json` and a chart to `soak.png` in `--out`. The criteria, checked
 and printed, exit 1 if one fails:
 
 - every query's lag stays under `--max-lag-s` (30) seconds of traffic after the first
@@ -34,6 +36,10 @@ and printed, exit 1 if one fails:
 - the catch-up: within its limit, every micro-batch within `--max-records`, and the job's resident
   memory meanwhile at most `--catch-up-memory` (default `--memory-growth`) above its peak in the
   steady phase's second half;
+- end-to-end latency after the warm-up: the 99th percentile of the time from a record's publication
+  to the commit of the micro-batch that read it stays under `--max-latency-s` (10) seconds (sampled:
+  every 3 s the latest record of each raw partition is a marker; committed when the sink shows a
+  micro-batch past it, polled every 0.5 s: when a dashboard could first show its rows);
 - after the run, `verify` is clean (and the tables equal a fresh run's with `--compare`);
 - with `--sink-outage-at`: the job said it waited for the database and that it answered again.
 
@@ -45,6 +51,7 @@ Run: make soak   (or .venv/bin/python tests/bench/soak_job.py --minutes 60 --rat
 """
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -235,6 +242,99 @@ class LagMeter:
             self._offsets = None
 
 
+# ------------------------------------------------------------------------------------ latency
+class LatencyMeter(threading.Thread):
+    """End-to-end latency as a user sees it, sampled: every MARK_S seconds the latest record of each
+    raw partition (Kafka's end offsets then) is a marker, published at that instant; it is committed
+    when a micro-batch whose end offsets pass it appears in the sink (pipeline_progress, polled every
+    POLL_S: when a dashboard reading the sink could first show its rows). Rows that wait by protocol
+    for later event time (an MQCN outcome held until the watermark passes it, a discovery request's
+    15-second wait) come on top of this, by design."""
+    MARK_S, POLL_S = 3.0, 0.5
+
+    def __init__(self, url: str, bootstrap: str):
+        super().__init__(daemon=True)
+        self.url, self.bootstrap = url, bootstrap
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.pending: list[tuple[float, tuple[str, int], int]] = []    # (published, partition, offset)
+        self.committed: dict[tuple[str, int], int] = {}
+        self.resolved: list[tuple[float, float, float]] = []         # (published, committed, latency s)
+        self.last_batch, self.last_ends, self._offsets = -1, {}, None
+
+    def run(self) -> None:
+        next_mark = time.time()
+        while not self.done.wait(self.POLL_S):
+            self._poll_sink()
+            if time.time() >= next_mark:
+                self._mark()
+                next_mark = time.time() + self.MARK_S
+
+    def _mark(self) -> None:
+        from streaming.spark.kafka_offsets import EndOffsets
+        try:
+            if self._offsets is None:
+                self._offsets = EndOffsets({"bootstrap.servers": self.bootstrap}, list(TOPICS.values()), broker_wait_s=0)
+            ends, now = self._offsets.ends(), time.time()
+        except Exception:                           # noqa: BLE001 -- the broker is restarting: no marker now
+            if self._offsets is not None:
+                self._offsets.close()
+            self._offsets = None
+            return
+        with self.lock:
+            self.pending += [(now, tp, end - 1) for tp, end in ends.items() if end > self.last_ends.get(tp, 0)]
+        self.last_ends = ends
+
+    def _poll_sink(self) -> None:
+        from streaming.apps.sink_reader import SinkReader
+        from streaming.spark.pipeline import parse_end_offsets
+        try:
+            reader = SinkReader(self.url)
+        except Exception:                           # noqa: BLE001 -- no sink yet, or the database is down
+            return
+        try:
+            rows = reader.query("pipeline_progress", "SELECT batch_id, end_offsets FROM pipeline_progress WHERE "
+                                f"query_name = 'dirstream' AND batch_id > {self.last_batch} ORDER BY batch_id")
+        except Exception:                           # noqa: BLE001
+            return
+        finally:
+            reader.conn.close()
+        seen = time.time()
+        for r in rows:
+            self.last_batch = max(self.last_batch, int(r["batch_id"]))
+            for tp, end in parse_end_offsets(r["end_offsets"]).items():
+                self.committed[tp] = max(self.committed.get(tp, 0), end)
+        with self.lock:
+            still = []
+            for published, tp, offset in self.pending:
+                if self.committed.get(tp, 0) > offset:
+                    self.resolved.append((published, seen, seen - published))
+                else:
+                    still.append((published, tp, offset))
+            self.pending = still
+
+    def since(self, after: float) -> dict:
+        """p50, p99 and count of the markers committed after `after` (Unix time)."""
+        with self.lock:
+            return latency_figures([lat for _p, committed, lat in self.resolved if committed > after])
+
+    def published_between(self, start: float, end: float) -> list[float]:
+        with self.lock:
+            return [lat for published, _c, lat in self.resolved if start <= published < end]
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(10)
+
+
+def latency_figures(latencies: list[float]) -> dict:
+    if not latencies:
+        return {"p50": None, "p99": None, "n": 0}
+    ordered = sorted(latencies)
+    return {"p50": round(statistics.median(ordered), 2),
+            "p99": round(ordered[max(math.ceil(0.99 * len(ordered)) - 1, 0)], 2), "n": len(ordered)}
+
+
 # ------------------------------------------------------------------------------------ the run
 class Soak:
     def __init__(self, args):
@@ -253,7 +353,8 @@ class Soak:
         self.events: list[tuple[float, str]] = []
         self.processes = ProcessMeter(self.roots)
         self.lag: LagMeter | None = None
-        self.started = time.monotonic()
+        self.latency: LatencyMeter | None = None
+        self.started, self.wall_started, self.last_sample_at = time.monotonic(), time.time(), time.time()
         self.verdicts: list[tuple[bool, str]] = []
         self.figures: list[str] = []              # timings printed, not judged (--timings-as-figures)
         self.catch_up: dict = {}
@@ -306,7 +407,16 @@ class Soak:
         return {"minute": round(self.minute(), 2), "phase": phase, "published": self.published(),
                 "cpu": {k: round(v["cpu"], 1) for k, v in procs.items()},
                 "memory": {k: round(v["memory"]) for k, v in procs.items()},
-                "peak": {k: round(v["peak"]) for k, v in procs.items()}, "queries": self.lag.read()}
+                "peak": {k: round(v["peak"]) for k, v in procs.items()}, "queries": self.lag.read(),
+                "latency": self.latency_since_last_sample()}
+
+    def latency_since_last_sample(self) -> dict:
+        now, since, self.last_sample_at = time.time(), self.last_sample_at, time.time()
+        return self.latency.since(since) if self.latency else latency_figures([])
+
+    def wall(self, minute: float) -> float:
+        """The Unix time of a minute of the run."""
+        return self.wall_started + minute * 60
 
     def published(self) -> int:
         """The producer's last progress line: "sent N messages (...) at R msg/s"."""
@@ -353,9 +463,11 @@ class Soak:
              "--rate", str(a.rate), "--duration", str(produce_s), "--op-interval-ms", a.op_interval_ms,
              "--respond", "--truth", str(self.truth), *FAULTS],
             stdout=open(self.work / "producer.out", "w"), stderr=open(self.work / "producer.log", "w"))
-        self.started = time.monotonic()
+        self.started, self.wall_started, self.last_sample_at = time.monotonic(), time.time(), time.time()
         self.processes = ProcessMeter(self.roots)
         self.processes.start()
+        self.latency = LatencyMeter(self.url, self.broker.bootstrap)
+        self.latency.start()
         try:
             try:
                 self.steady()
@@ -369,6 +481,8 @@ class Soak:
             self.verdicts.append((False, f"the run went to its end: no, {exc}"))
         finally:
             self.processes.done.set()
+            if self.latency is not None:
+                self.latency.stop()
             self.judge()
             self.save()
             self.stop_responder()
@@ -573,6 +687,7 @@ class Soak:
             self.timing(ok, f"{SHORT[q]} lag after minute {a.warmup_minutes:g}: at most "
                             f"{fmt_s(worst)} of traffic (limit {a.max_lag_s:g} s; {len(lags) - len(known)} "
                             f"sample(s) without Kafka's offsets)")
+        self.judge_latency(steady)
         if steady:
             middle, end = a.minutes / 2, steady[-1]["minute"]
             for kind in PROCESSES:
@@ -597,6 +712,30 @@ class Soak:
         if self.postgres is not None:
             self.judge_sink_outage()
         self.judge_ceilings()
+
+    def judge_latency(self, steady: list[dict]) -> None:
+        """End-to-end latency of the markers published in the steady phase after the warm-up, pooled;
+        the worst minute's 99th percentile alongside."""
+        a = self.args
+        if self.latency is None or not steady:
+            return
+        end = min(a.minutes, steady[-1]["minute"])
+        pooled = latency_figures(self.latency.published_between(self.wall(a.warmup_minutes), self.wall(end)))
+        minutes = self.latency_per_minute(a.warmup_minutes, end)
+        worst = max((m for m in minutes if m["p99"] is not None), key=lambda m: m["p99"], default=None)
+        self.timing(pooled["p99"] is not None and pooled["p99"] <= a.max_latency_s,
+                    f"end-to-end latency (publication to commit in the sink) after minute {a.warmup_minutes:g}: "
+                    f"p50 {fmt_s(pooled['p50'])}, p99 {fmt_s(pooled['p99'])} over {pooled['n']:,} markers (limit p99 "
+                    f"{a.max_latency_s:g} s; the worst minute's p99 {fmt_s(worst and worst['p99'])} at minute "
+                    f"{worst['minute'] if worst else '-'})")
+
+    def latency_per_minute(self, first: float, last: float) -> list[dict]:
+        """p50 and p99 of the markers published in each minute of the run between first and last."""
+        out, m = [], math.floor(first)
+        while m < last:
+            out.append({"minute": m, **latency_figures(self.latency.published_between(self.wall(m), self.wall(m + 1)))})
+            m += 1
+        return out
 
     def judge_sink_outage(self) -> None:
         """The job waited for its database with a console line and wrote again once it answered
@@ -670,7 +809,9 @@ class Soak:
             print(f"  {'PASS' if ok else 'FAIL'}  {text}", flush=True)
         for text in self.figures:
             print(f"  ----  {text} (a figure: not judged here)", flush=True)
+        per_minute = self.latency_per_minute(0, self.minute()) if self.latency else []
         result = {"args": vars(self.args), "events": self.events, "samples": self.samples,
+                  "latency_per_minute": per_minute,
                   "catch_up": self.catch_up, "verdicts": [{"ok": ok, "text": t} for ok, t in self.verdicts],
                   "figures": self.figures}
         (self.out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
@@ -708,8 +849,8 @@ def summary_of(verify_output: str) -> str:
 def header() -> str:
     q = " ".join(f"{SHORT[q][:5]:>16}" for q in QUERIES)
     cpu = " ".join(f"{k[:6]:>6}" for k in PROCESSES)
-    return (f"{'min':>6} {'phase':8} {'published':>10} {q}   CPU % of a core: {cpu}   PSS MB: {cpu}\n"
-            f"{'':>6} {'':8} {'':>10} {'(read / lag s)':>16}")
+    return (f"{'min':>6} {'phase':8} {'published':>10} {q} {'latency s':>12}   CPU % of a core: {cpu}   "
+            f"PSS MB: {cpu}\n{'':>6} {'':8} {'':>10} {'(read / lag s)':>16} {'(p50 / p99)':>12}")
 
 
 def row(s: dict) -> str:
@@ -718,15 +859,17 @@ def row(s: dict) -> str:
         return f"{'-':>16}" if not v else f"{v['read']:>9,}/{fmt_s(v['lag_s']).replace(' s', ''):>6}"
     cpu = " ".join(f"{s['cpu'][k]:>6.0f}" for k in PROCESSES)
     memory = " ".join(f"{s['memory'][k]:>6,.0f}" for k in PROCESSES)
-    return (f"{s['minute']:>6.1f} {s['phase']:8} {s['published']:>10,} {' '.join(query(q) for q in QUERIES)}   "
-            f"{'':17}{cpu}   {'':7} {memory}")
+    latency = s.get("latency") or {}
+    late = f"{fmt_s(latency.get('p50')).replace(' s', '')}/{fmt_s(latency.get('p99')).replace(' s', '')}"
+    return (f"{s['minute']:>6.1f} {s['phase']:8} {s['published']:>10,} {' '.join(query(q) for q in QUERIES)} "
+            f"{late:>12}   {'':17}{cpu}   {'':7} {memory}")
 
 
 def chart(samples: list[dict], events: list, args, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (lag, memory, cpu) = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
+    fig, (lag, latency, memory, cpu) = plt.subplots(4, 1, figsize=(11, 13), sharex=True)
     minutes = [s["minute"] for s in samples]
     for q in QUERIES:
         values = [s["queries"].get(q, {}).get("lag_s") for s in samples]
@@ -735,6 +878,14 @@ def chart(samples: list[dict], events: list, args, path: Path) -> None:
     lag.set_yscale("symlog", linthresh=1)
     lag.set_ylim(bottom=0)
     lag.set_ylabel("lag (s of traffic)")
+    for key, style in (("p50", "-"), ("p99", "--")):
+        values = [(s.get("latency") or {}).get(key) for s in samples]
+        latency.plot(minutes, [v if v is not None else float("nan") for v in values], linestyle=style,
+                     label=f"{key} of the markers committed since the sample before")
+    latency.axhline(args.max_latency_s, color="red", linestyle="--", linewidth=1, label=f"{args.max_latency_s:g} s target")
+    latency.set_yscale("symlog", linthresh=1)
+    latency.set_ylim(bottom=0)
+    latency.set_ylabel("publication to commit (s)")
     for kind in PROCESSES:
         line, = memory.plot(minutes, [s["memory"][kind] for s in samples], label=kind)
         memory.plot(minutes, [s["peak"][kind] for s in samples], color=line.get_color(), linestyle=":", linewidth=1)
@@ -742,7 +893,7 @@ def chart(samples: list[dict], events: list, args, path: Path) -> None:
     memory.set_ylabel("memory, PSS (MB; dotted: peak)")
     cpu.set_ylabel("CPU (% of one core)")
     cpu.set_xlabel("minute")
-    for axis in (lag, memory, cpu):
+    for axis in (lag, latency, memory, cpu):
         for minute, what in events:
             axis.axvline(minute, color="grey", linestyle=":", linewidth=1)
         axis.legend(loc="upper left", fontsize=8)
@@ -772,7 +923,9 @@ def parse_args(argv=None):
     p.add_argument("--max-records", type=int, default=20_000,
                    help="the job's --max-records (default 20,000: a catch-up in batches no bigger than memory allows)")
     p.add_argument("--max-lag-s", type=float, default=30, help="lag bound in seconds of traffic (default 30)")
-    p.add_argument("--warmup-minutes", type=float, default=5, help="lag is not judged before (default 5)")
+    p.add_argument("--max-latency-s", type=float, default=10,
+                   help="bound on the steady phase's 99th percentile of end-to-end latency (default 10)")
+    p.add_argument("--warmup-minutes", type=float, default=5, help="lag and latency are not judged before (default 5)")
     p.add_argument("--memory-growth", type=float, default=0.10, help="resident memory growth allowed (default 0.10)")
     p.add_argument("--catch-up-memory", type=float, help="memory while catching up allowed above the steady second "
                                                             "half's peak (default: --memory-growth)")
