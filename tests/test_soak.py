@@ -22,9 +22,10 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     out = tmp_path / "soak"
     # Lag and catch-up are printed as figures, not judged: a loaded machine is slower, not wrong (the
     # hour at full rate, `make soak`, judges them). What is judged is behaviour; the bounds below are
-    # ones only a hang exceeds.
+    # ones only a hang exceeds. 300 msg/s: about a sixth of what the job keeps up with on 2 cores, so
+    # a machine half as fast, sharing its cores with the suite's other worker, still catches up.
     done = subprocess.run(
-        [sys.executable, str(SOAK), "--minutes", "1.5", "--rate", "120", "--broker-restart-at", "0.75",
+        [sys.executable, str(SOAK), "--minutes", "1.5", "--rate", "300", "--broker-restart-at", "0.75",
          "--sink-outage-at", "0.8", "--sink-outage-s", "30",
          "--stop-minutes", "0.4", "--catch-up-minutes", "0.75", "--max-records", "5000", "--sample-s", "10",
          "--warmup-minutes", "0.5", "--memory-growth", "2.0", "--catch-up-memory", "2.0", "--quiet-s", "20",

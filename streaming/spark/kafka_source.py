@@ -256,7 +256,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---------------------------------------------------------------- executors
     def read(self, partition: KafkaInputPartition):
-        from confluent_kafka import TopicPartition
         pool_key = tuple(sorted(self.conf.items()))
         held = {"consumer": _reading_consumer(pool_key, self.conf)}
         finished = False
@@ -334,7 +333,7 @@ def _read_records(consumer, part: KafkaInputPartition, renew=None):
         if not batch and time.monotonic() - last_data > READ_IDLE_TIMEOUT_S:
             raise SourceError(f"{part.topic}[{part.partition}]: no records after offset {position} within "
                               f"{READ_IDLE_TIMEOUT_S:.0f} s, expected up to {part.end - 1}")
-        if not batch and renew is not None and time.monotonic() - renewed > RENEW_AFTER_S:
+        if not batch and renew is not None and time.monotonic() - max(last_data, renewed) > RENEW_AFTER_S:
             log.warning("%s[%d]: no record after offset %d for %.0f s; reading on with a fresh Kafka client",
                         part.topic, part.partition, position, time.monotonic() - last_data)
             consumer, renewed = renew(position), time.monotonic()
