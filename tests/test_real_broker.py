@@ -150,7 +150,6 @@ def test_the_brokers_heap_is_resident_from_its_start(kafka_broker):
     assert resident >= heap_kb, f"the broker holds {resident} kB, less than its {heap_kb} kB heap"
 
 
-
 def test_a_reading_task_whose_client_fetches_nothing_reads_on_with_a_fresh_one(broker, monkeypatch):
     """A reading task's client that brings no record (one that saw the broker restart under it
     fetched nothing for minutes, the records on the broker: stale metadata) is replaced by a fresh
@@ -163,11 +162,14 @@ def test_a_reading_task_whose_client_fetches_nothing_reads_on_with_a_fresh_one(b
     _produce(broker, topic, _mqsd_records(10), partition=0)
     conf = {"bootstrap.servers": broker}
     stuck = kafka_source._assigned(kafka_source._new_consumer({"bootstrap.servers": "127.0.0.1:1"}), topic, 0, 3)
-    renewed: list[int] = []
+    renewed: list[tuple[int, object]] = []
 
     def renew(position: int):
-        renewed.append(position)
-        return kafka_source._assigned(kafka_source._new_consumer(conf), topic, 0, position)
-    read = [r[0] for r in kafka_source._read_records(stuck, KafkaInputPartition(topic, 0, 3, 10), renew)]
-    assert read == [3, 4, 5, 6, 7, 8, 9] and renewed == [3]
-    stuck.close()
+        renewed.append((position, kafka_source._assigned(kafka_source._new_consumer(conf), topic, 0, position)))
+        return renewed[-1][1]
+    try:
+        read = [r[0] for r in kafka_source._read_records(stuck, KafkaInputPartition(topic, 0, 3, 10), renew)]
+        assert read == [3, 4, 5, 6, 7, 8, 9] and [position for position, _ in renewed] == [3]
+    finally:
+        for consumer in [stuck] + [c for _, c in renewed]:
+            consumer.close()

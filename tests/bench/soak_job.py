@@ -411,7 +411,7 @@ class Soak:
                 "latency": self.latency_since_last_sample()}
 
     def latency_since_last_sample(self) -> dict:
-        now, since, self.last_sample_at = time.time(), self.last_sample_at, time.time()
+        since, self.last_sample_at = self.last_sample_at, time.time()
         return self.latency.since(since) if self.latency else latency_figures([])
 
     def wall(self, minute: float) -> float:
