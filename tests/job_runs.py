@@ -94,6 +94,36 @@ def output(proc) -> str:
         return fh.read()
 
 
+def kill_tree(root: int) -> None:
+    """SIGKILL to a process and every process under it: the job's JVM and Python workers run in a
+    session of their own, out of reach of a signal to the job's process group."""
+    import os
+    parents = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError):
+            continue
+    doomed, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        doomed.append(pid)
+        frontier.extend(child for child, parent in parents.items() if parent == pid)
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def crash(proc: subprocess.Popen) -> None:
+    """The job crashing: every process of it killed at once."""
+    kill_tree(proc.pid)
+    proc.wait(30)
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGINT)              # Ctrl-C: stops after the current batch
     assert proc.wait(600) == 0, output(proc)[-5000:]

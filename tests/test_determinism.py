@@ -19,7 +19,7 @@ from producers.kafka import KafkaSettings, ensure_topics
 from streaming.sinks import open_sink
 from streaming.wire.envelope import decode_envelope
 from streaming.wire.topics import TOPICS
-from job_runs import FAULTS, KAFKA_COORDINATES, Responder, differences, dump, once_in_session
+from job_runs import FAULTS, KAFKA_COORDINATES, Responder, crash, differences, dump, once_in_session
 
 def run(broker, sink, checkpoint, *extra, env=None) -> subprocess.Popen:
     import shutil
@@ -78,8 +78,7 @@ def test_the_tables_are_a_pure_function_of_kafka(broker, tmp_path, spark):
     try:
         proc = run(broker, slowed, tmp_path / "c_slowed", "--trigger", "300ms", "--max-records", "1200")
         _wait_for(lambda: _count(slowed, "notifications") > 0, proc)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+        crash(proc)
         proc = run(broker, slowed, tmp_path / "c_slowed", "--trigger", "300ms", "--max-records", "1200")
         try:
             # bounds only a hang exceeds: a loaded machine took more than 600 s to converge here

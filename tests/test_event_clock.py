@@ -1,6 +1,7 @@
-"""The job's source under --max-records: a capped micro-batch stays within the cap and ends every raw
-partition at one event time, so that no partition runs ahead of another (a real broker; the
-reader's planning driven by hand)."""
+"""The job's source: a live micro-batch ends every partition at the earliest of the live partitions'
+last records (a partition idle for a while holds no one back), and under --max-records a capped
+micro-batch stays within the cap and ends every raw partition at one event time, so that no
+partition runs ahead of another (a real broker; the reader's planning driven by hand)."""
 import os
 import random
 import signal
@@ -11,7 +12,7 @@ from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from producers.kafka import KafkaSettings, ensure_topics
-from streaming.spark.event_clock import ArrivalIndex
+from streaming.spark.event_clock import ArrivalIndex, ReleaseGate
 from streaming.spark.kafka_offsets import SourceError, flatten
 from streaming.spark.kafka_source import KafkaStreamReader, _cap
 from streaming.spark.pipeline import source_options
@@ -44,9 +45,14 @@ def _plan(reader: KafkaStreamReader, begin: dict, limit) -> dict:
     return {t: o for (t, _), o in flatten(reader.latestOffset(start, limit)).items()}
 
 
+# the cap alone: every partition counts as idle, so none holds the others back
+CAP_ONLY = {"idlePartitionSeconds": "0"}
+IDLE = {"idlePartitionSeconds": "5"}
+
+
 def test_a_capped_plan_ends_every_partition_at_one_event_time(broker):
     _topics(broker)
-    reader = KafkaStreamReader({**source_options(broker), "decode": "job"})
+    reader = KafkaStreamReader({**source_options(broker), "decode": "job", **CAP_ONLY})
     try:
         assert _plan(reader, {}, ReadAllAvailable()) == {t: len(times) for t, times in ARRIVALS.items()}
         # 12 of 34 records: in proportion (about 3, 7 and 1), reaching 2,000, 3,000 and 1,000 ms; every
@@ -64,7 +70,7 @@ def test_every_capped_plan_stays_within_max_records_and_no_partition_runs_ahead(
     aligning would read nothing: then the shares stay in proportion to the backlogs)."""
     _topics(broker)
     rng = random.Random(seed)
-    reader = KafkaStreamReader({**source_options(broker), "decode": "job"})
+    reader = KafkaStreamReader({**source_options(broker), "decode": "job", **CAP_ONLY})
     misaligned = 0
     try:
         for _ in range(15):
@@ -127,3 +133,102 @@ def test_a_record_the_broker_is_slow_to_bring_is_waited_for_never_taken_as_early
         os.kill(pid, signal.SIGCONT)
         patient.close()
         impatient.close()
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _gated(broker: str, clock: _Clock) -> KafkaStreamReader:
+    reader = KafkaStreamReader({**source_options(broker), "decode": "job"})
+    reader._gate = ReleaseGate(reader.arrivals, idle_s=5.0, clock=clock)
+    return reader
+
+
+def test_a_live_plan_ends_every_partition_at_the_earliest_last_record_of_the_live_ones(broker):
+    """Uncapped: the heads are 9,000 (MQDSRP, MQSD) and 9,500 ms (MQCN): MQCN's last record waits
+    until MQDSRP or MQSD bring a newer one, or both have been idle for 5 s."""
+    _topics(broker)
+    clock = _Clock()
+    reader = _gated(broker, clock)
+    try:
+        full = {t: len(times) for t, times in ARRIVALS.items()}
+        assert _plan(reader, {}, ReadAllAvailable()) == dict(full, **{CN: 19})
+        assert _plan(reader, {DSRP: 3}, ReadAllAvailable()) == dict(full, **{CN: 19})
+        clock.now += 4.9
+        assert _plan(reader, {}, ReadAllAvailable()) == dict(full, **{CN: 19})
+        producer = Producer({"bootstrap.servers": broker})
+        producer.produce(DSRP, _envelope("mqdsrp", 9_700), b"k")        # MQDSRP moves on: live again
+        assert producer.flush(30) == 0
+        clock.now += 0.2                                                # MQSD idle: holds no one back
+        assert _plan(reader, {}, ReadAllAvailable()) == dict(full, **{DSRP: 11})
+        clock.now += 5.0                                                # every partition idle
+        assert _plan(reader, {}, ReadAllAvailable()) == dict(full, **{DSRP: 11})
+        # capped, the batch ends at one time within the cap and before the live partitions' heads
+        clock.now += 1.0                                                # (2,500 ms: 10 of 35 records)
+        assert _plan(reader, {}, ReadMaxRows(12)) == {DSRP: 3, CN: 6, SD: 1}
+    finally:
+        reader.stop()
+
+
+def test_a_partition_without_records_holds_the_others_back_only_while_live(broker):
+    """Its first record may come behind the others': nothing is released until it has been idle."""
+    _topics(broker)
+    ensure_topics(KafkaSettings(broker), {"msmq.empty": 2})
+    clock = _Clock()
+    reader = KafkaStreamReader({**source_options(broker, topics=[*ARRIVALS, "msmq.empty"]), "decode": "job"})
+    reader._gate = ReleaseGate(reader.arrivals, idle_s=5.0, clock=clock)
+    try:
+        assert set(flatten(reader.latestOffset({}, ReadAllAvailable())).values()) == {0}
+        clock.now += 5.0
+        plan = flatten(reader.latestOffset({}, ReadAllAvailable()))
+        assert plan[(CN, 0)] == 20 and plan[("msmq.empty", 0)] == plan[("msmq.empty", 1)] == 0
+    finally:
+        reader.stop()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_no_live_partition_brings_a_record_older_than_one_released(broker, seed):
+    """Random traffic in arrival order per partition, some partitions' records of each round
+    reaching Kafka only in the next one (a producer holding them): whatever the cuts, every record
+    a partition brings later is at or after the latest arrival released before it (so never behind
+    the watermark). Every partition moves within the idle time."""
+    rng = random.Random(seed)
+    topics = {DSRP: 2, CN: 3, SD: 1}
+    ensure_topics(KafkaSettings(broker), topics)
+    partitions = [(t, p) for t, n in topics.items() for p in range(n)]
+    protocol = {t: p for p, t in TOPICS.items()}
+    clock = _Clock()
+    reader = KafkaStreamReader({**source_options(broker, topics=list(topics)), "decode": "job", **IDLE})
+    reader._gate = ReleaseGate(reader.arrivals, idle_s=float(IDLE["idlePartitionSeconds"]), clock=clock)
+    producer = Producer({"bootstrap.servers": broker})
+    arrivals, held = {tp: [] for tp in partitions}, {tp: [] for tp in partitions}
+    now_ms, begin, released_ms = 0, {}, -1
+    try:
+        for _ in range(12):
+            made = {tp: [] for tp in partitions}
+            for tp in partitions * 2 + [rng.choice(partitions) for _ in range(rng.randrange(20))]:
+                now_ms += rng.randrange(1, 400)
+                made[tp].append(now_ms)
+            late = set(rng.sample(partitions, 2))
+            for tp in partitions:
+                due = held[tp] + ([] if tp in late else made[tp])
+                held[tp] = made[tp] if tp in late else []
+                for ms in due:
+                    producer.produce(tp[0], _envelope(protocol[tp[0]], ms), b"k", partition=tp[1])
+                arrivals[tp] += due
+            assert producer.flush(30) == 0
+            clock.now += rng.choice([0.1, 0.5, 1.0])
+            start = {t: {str(p): begin.get((t, p), 0) for p in range(n)} for t, n in topics.items()}
+            plan = flatten(reader.latestOffset(start, ReadAllAvailable()))
+            for tp in partitions:
+                fresh = arrivals[tp][begin.get(tp, 0):plan[tp]]
+                assert all(ms >= released_ms for ms in fresh), (tp, fresh, released_ms)
+            released_ms = max([released_ms] + [arrivals[tp][plan[tp] - 1] for tp in partitions if plan[tp] > 0])
+            begin = plan
+    finally:
+        reader.stop()

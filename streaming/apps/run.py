@@ -73,14 +73,45 @@ def register(sub, add_kafka_arguments) -> None:
 
 
 def cmd_run(args) -> int:
+    stop = StopRequests()
     try:
-        return _run(args)
-    except KeyboardInterrupt:                      # Ctrl-C while starting: nothing was processed yet
+        return _run(args, stop)
+    except KeyboardInterrupt:                      # a second signal while starting: nothing was processed yet
         print("dirstream run: interrupted while starting", file=sys.stderr)
         return 130
 
 
-def _run(args) -> int:
+class StopRequests:
+    """SIGINT and SIGTERM, whether sent to the driver alone or to its whole process group (a terminal's
+    Ctrl-C, a service manager, a container runtime): the first asks for a clean stop (the micro-batch
+    in flight finishes, no other starts: the stop file), a second one stops at once (KeyboardInterrupt;
+    the restart redoes the batch in flight). Installed before Spark starts, so that a signal while
+    starting is a clean stop too; Spark's JVM and Python workers run in a session of their own
+    (streaming.spark.pipeline.build_spark) and never see a signal sent to the job's process group."""
+
+    def __init__(self):
+        self.requested, self.stop_file, self.say = False, None, None
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum, _frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        if self.stop_file:
+            open(self.stop_file, "w").close()
+        if self.say:
+            self.say(f"dirstream run: {signal.Signals(signum).name}: stopping after the current batch "
+                     f"(a second signal stops at once)")
+
+    def watch(self, stop_file: str, say) -> None:
+        """The source's stop file and the console, once the job has them."""
+        self.stop_file, self.say = stop_file, say
+        if self.requested:
+            open(stop_file, "w").close()
+
+
+def _run(args, stop: "StopRequests") -> int:
     import os
 
     from ..spark import topology
@@ -147,6 +178,7 @@ def _run(args) -> int:
         for topic, partitions in topology.internal_topics(job).items():
             _ensure_topic(args.bootstrap, settings_options, topic, partitions)
     rc = 0
+    stop.watch(opts["stopFile"], say)
     console.start()
     try:
         try:
@@ -155,7 +187,7 @@ def _run(args) -> int:
             console.stop()
             say(f"dirstream run: {exc}")
             return 2
-        rc, _stopped = _supervise([query], log, say, opts.get("stopFile"))
+        rc, _stopped = _supervise([query], log, say, stop)
     finally:
         console.stop()
         if os.path.exists(opts["stopFile"]):
@@ -164,10 +196,11 @@ def _run(args) -> int:
             metrics[0].stop()
             metrics[1].stop()
     print(console.summary(), file=out, flush=True)
-    # A terminal's Ctrl-C reaches the whole process group; PySpark's own SIGINT handling during
-    # interpreter shutdown could still turn a clean stop into death by SIGINT. The queries are
-    # stopped and every batch is committed: stop Spark and leave with our exit code.
+    # The queries are stopped and every batch is committed: a late signal (a service manager
+    # signalling again) must not turn the clean stop into death by signal. Stop Spark and leave with
+    # our exit code.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         stop_spark(spark, lambda text: print(f"dirstream run: {text}", file=out, flush=True))
     except Exception:
@@ -287,41 +320,30 @@ def _kafka_options(args) -> dict:
     return KafkaSettings.from_args(args.bootstrap, args.kafka_config, args.kafka_option).options
 
 
-def _supervise(queries, log, say=print, stop_file: str | None = None) -> tuple[int, bool]:
-    """Wait for the queries; the first Ctrl-C (or SIGTERM) stops them after the batches in flight.
-    Returns (exit code, whether a stop was asked for). stop_file: the sources' option stopFile,
-    created on a stop so that no query starts another batch (a query with a backlog runs its
-    batches back to back and is otherwise never seen between two)."""
-    stop = {"requested": False}
-
-    def request_stop(signum, _frame):
-        if stop["requested"]:
-            raise KeyboardInterrupt
-        stop["requested"] = True
-        if stop_file:
-            open(stop_file, "w").close()
-        say("dirstream run: stopping after the current batch (Ctrl-C again to stop at once)")
-
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
+def _supervise(queries, log, say=print, stop: StopRequests | None = None) -> tuple[int, bool]:
+    """Wait for the queries; the first SIGINT or SIGTERM (StopRequests) stops them after the batches
+    in flight, a second one at once. Returns (exit code, whether a stop was asked for). The stop
+    file (the sources' option stopFile) keeps every query from starting another batch (a query with
+    a backlog runs its batches back to back and is otherwise never seen between two)."""
+    stop = stop or StopRequests()
     try:
         while any(q.isActive for q in queries):
             time.sleep(0.5)
             if any(q.exception() is not None for q in queries if not q.isActive):
                 break
-            if stop["requested"]:
+            if stop.requested:
                 _stop_between_batches(queries)
                 break
     except KeyboardInterrupt:
-        stop["requested"] = True
+        stop.requested = True
     for q in queries:
         q.stop()
     errors = [q.exception() for q in queries if q.exception() is not None]
     if errors:
         say(f"dirstream run: the query failed: {_short(errors[0])}")
-        return 1, stop["requested"]
-    log.info("stopped cleanly" if stop["requested"] else "finished")
-    return 0, stop["requested"]
+        return 1, stop.requested
+    log.info("stopped cleanly" if stop.requested else "finished")
+    return 0, stop.requested
 
 
 def _stop_between_batches(queries, timeout: float = 600) -> None:

@@ -1,4 +1,18 @@
-"""Partitions aligned in event time: a capped micro-batch ends every raw partition at one arrival time.
+"""Partitions aligned in event time: no micro-batch releases a record while another partition may
+still bring an older one, and a capped micro-batch ends every raw partition at one arrival time.
+
+Release (ReleaseGate): every micro-batch, capped or not, ends each raw partition at the earliest
+arrival time among the partitions' last records (their heads), counting only live partitions: a
+partition whose end offset has not moved for a while (idle_s of wall clock, IDLE_PARTITION_S by
+default) no longer holds the others back. Within a live partition records arrive in event-time
+order, so every record it brings later is newer than what was released (a live partition with no
+record yet holds everything back): it is never behind the
+watermark, however the batches were cut, whether the job ran on or was stopped and restarted in
+between (a stop's no-data micro-batch moves the watermark up to the released records; the next
+batch after a restart is judged against it). A partition that was idle and brings a record older
+than what the others released is the one case left: its record is late only if it reaches Kafka
+more than one micro-batch after the newer records (docs/design.md, "What the job assumes of its
+producers"), and it is counted in late_rows.
 
 Spark's watermark is the maximum event time seen, less the delay, over all the partitions a
 micro-batch reads: a partition read far behind the others would have its rows dropped as late. So
@@ -20,6 +34,8 @@ from .kafka_offsets import BROKER_WAIT_S, READ_AHEAD, SourceError
 log = logging.getLogger("dirstream.clock")
 FETCH_TIMEOUT_S = 10.0              # one attempt at a record; a record is asked for again until BROKER_WAIT_S
 FETCHED_KEPT = 20_000               # records read along with the one asked for, kept at most
+IDLE_PARTITION_S = 5.0              # a partition whose end has not moved for this long holds no one back
+SCANNED_AT_MOST = 20_000            # records read in one pass to find where partitions end at a time
 
 
 class ArrivalIndex:
@@ -60,6 +76,53 @@ class ArrivalIndex:
                 hi = mid
         return lo
 
+    def known(self, tp: tuple[str, int], offset: int) -> bool:
+        return (tp[0], tp[1], offset) in self._arrivals
+
+    def heads(self, ends: dict) -> dict:
+        """The arrival time of each partition's last record (at ends[tp] - 1; None: undecodable or
+        gone), the ones not known yet read in one pass over every partition."""
+        wanted = {tp: end - 1 for tp, end in ends.items()}
+        self.scan({tp: (at, at + 1) for tp, at in wanted.items() if not self.known(tp, at)})
+        return {tp: self.arrival_at(tp, at) for tp, at in wanted.items()}
+
+    def scan(self, ranges: dict) -> None:
+        """Reads the records of ranges ({tp: (start, stop)}) in one pass with one client assigned to
+        every partition, and keeps their arrival times: the cheap way to a live batch's few thousand
+        records (a binary search costs a fetch per partition and step). What the pass does not bring
+        within fetch_timeout_s is left to arrival_at, which waits for the broker."""
+        ranges = {tp: (self._first_unknown(tp, *r), r[1]) for tp, r in ranges.items()}
+        ranges = {tp: r for tp, r in ranges.items() if r[1] > r[0]}
+        if not ranges:
+            return
+        consumer = self.consumer
+        consumer.assign([TopicPartition(tp[0], tp[1], start) for tp, (start, _) in ranges.items()])
+        left, deadline = dict(ranges), time.monotonic() + self.fetch_timeout_s
+        while left and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.2):
+                tp = (msg.topic(), msg.partition())
+                if msg.error() is not None or tp not in left:
+                    continue
+                offset = msg.offset()
+                if offset < left[tp][1]:
+                    self._remember(tp, offset, msg.value())
+                if offset + 1 >= left[tp][1]:
+                    del left[tp]
+                    consumer.incremental_unassign([TopicPartition(tp[0], tp[1])])
+
+    def _first_unknown(self, tp: tuple[str, int], start: int, stop: int) -> int:
+        while start < stop and self.known(tp, start):
+            start += 1
+        return start
+
+    def _remember(self, tp: tuple[str, int], offset: int, value: bytes | None) -> None:
+        if len(self._arrivals) > 100_000:
+            self._arrivals.clear()
+        try:
+            self._arrivals[(tp[0], tp[1], offset)] = arrival_ms_of(value) if value else None
+        except EnvelopeError:
+            self._arrivals[(tp[0], tp[1], offset)] = None
+
     def arrival_or_early(self, tp: tuple[str, int], offset: int) -> int:
         arrival = self.arrival_at(tp, offset)
         return arrival if arrival is not None else -1       # undecodable: a dead letter, released at once
@@ -67,13 +130,7 @@ class ArrivalIndex:
     def arrival_at(self, tp: tuple[str, int], offset: int) -> int | None:
         key = (tp[0], tp[1], offset)
         if key not in self._arrivals:
-            if len(self._arrivals) > 100_000:
-                self._arrivals.clear()
-            value = self._fetched.pop(key) if key in self._fetched else self.value_at(tp, offset)
-            try:
-                self._arrivals[key] = arrival_ms_of(value) if value else None
-            except EnvelopeError:
-                self._arrivals[key] = None
+            self._remember(tp, offset, self._fetched.pop(key) if key in self._fetched else self.value_at(tp, offset))
         return self._arrivals[key]
 
     def value_at(self, tp: tuple[str, int], offset: int) -> bytes | None:
@@ -119,6 +176,39 @@ class ArrivalIndex:
         for msg in self.consumer.consume(FETCHED_KEPT, 0):
             if msg.error() is None and (msg.topic(), msg.partition()) == tp:
                 self._fetched[(tp[0], tp[1], msg.offset())] = msg.value()
+
+
+class ReleaseGate:
+    """Driver side: where each partition's release ends so that no live partition can still bring a
+    record older than one released (module docstring)."""
+
+    def __init__(self, index: ArrivalIndex, idle_s: float = IDLE_PARTITION_S, clock=time.monotonic):
+        self.index, self.idle_s, self.clock = index, idle_s, clock
+        self._moved: dict[tuple[str, int], tuple[int, float]] = {}     # end offset, when it last moved
+
+    def live(self, ends: dict) -> set:
+        """The partitions whose end offset moved within idle_s (or that this gate saw first within it)."""
+        now = self.clock()
+        for tp, end in ends.items():
+            if self._moved.get(tp, (None,))[0] != end:
+                self._moved[tp] = (end, now)
+        return {tp for tp in ends if now - self._moved[tp][1] < self.idle_s}
+
+    def release(self, begin: dict, ends: dict, lows: dict) -> dict:
+        """Each partition's end: up to the earliest head among the live partitions. A live partition
+        holding no record yet (its first one may come behind the others') holds every release back."""
+        live = self.live(ends)
+        if any(ends[tp] <= lows.get(tp, 0) for tp in live):
+            return dict(begin)
+        heads = [ms for ms in self.index.heads({tp: ends[tp] for tp in live}).values() if ms is not None]
+        if not heads:
+            return ends
+        until = min(heads)
+        ahead = {tp: (begin[tp], ends[tp]) for tp in ends if ends[tp] > begin[tp]}
+        if sum(stop - start for start, stop in ahead.values()) <= SCANNED_AT_MOST:
+            self.index.scan(ahead)
+        return {tp: self.index.release_end(tp, begin[tp], ends[tp], until) if tp in ahead else ends[tp]
+                for tp in ends}
 
 
 def aligned_cap(index: ArrivalIndex, begin: dict, ends: dict, shares: dict, max_rows: int) -> dict:

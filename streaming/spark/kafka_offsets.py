@@ -92,6 +92,11 @@ class EndOffsets:
             names = list(self.topics) + [t for t in self.optional if t in meta.topics and t not in self.topics]
         return [(t, p) for t in names for p in sorted(meta.topics[t].partitions)]
 
+    def bounds(self, partitions: list[tuple[str, int]] | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+        """Each partition's (low, high) watermarks: its first offset still held and the one after its last."""
+        partitions = self.partitions() if partitions is None else partitions
+        return {tp: self._watermarks(tp) for tp in partitions}
+
     def low(self, tp: tuple[str, int]) -> int:
         return self._watermarks(tp)[0]
 

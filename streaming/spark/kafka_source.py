@@ -22,6 +22,10 @@ batches. Options:
                      (streaming.spark.decode.summarize_records; the raw query's input);
                      job: both in one read, the good records keyed for their operator and each
                      task's counts and dead letters (streaming.spark.decode.job_batches)
+  idlePartitionSeconds  with decoded envelopes, a live micro-batch ends every partition at the earliest
+                     arrival time among the partitions' last records, leaving out partitions whose end
+                     has not moved for this many seconds (default 5; 0: every partition counts as idle,
+                     each ends at its high-water offset); see streaming.spark.event_clock
   stopFile           a local file whose existence means a stop was asked for: no new micro-batch
                      starts (the query goes idle after the batch in flight and is stopped between batches)
   kafka.<setting>    any Kafka client setting (security.protocol, sasl.*, ssl.*, ...)
@@ -131,13 +135,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._arrivals = None
         # with decoded envelopes, a capped micro-batch ends every partition at one event time
         self.align_by_time = options.get("decode", "false").lower() in ("true", "envelope", "job")
+        self.idle_partition_s = _seconds(options, "idlePartitionSeconds")
+        self._gate = None
         self._reset_logged: dict[tuple[str, int], int] = {}
         self.stop_file = options.get("stopfile")
 
     # The driver-side Kafka client is not shipped to executors.
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_offsets"] = state["_arrivals"] = None
+        state["_offsets"] = state["_arrivals"] = state["_gate"] = None
         return state
 
     @property
@@ -147,6 +153,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             from .event_clock import ArrivalIndex
             self._arrivals = ArrivalIndex(self.conf)
         return self._arrivals
+
+    @property
+    def gate(self):
+        """Where live partitions' releases end (streaming.spark.event_clock.ReleaseGate), on the driver."""
+        if self._gate is None:
+            from .event_clock import IDLE_PARTITION_S, ReleaseGate
+            idle_s = IDLE_PARTITION_S if self.idle_partition_s is None else self.idle_partition_s
+            self._gate = ReleaseGate(self.arrivals, idle_s)
+        return self._gate
 
     @property
     def offsets(self) -> EndOffsets:
@@ -182,16 +197,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.stop_file and os.path.exists(self.stop_file):
             return start                        # a stop was asked for: nothing new (the query goes idle)
         begin = flatten(start)
+        lows = {}
         if self.available_now_target is not None:
-            ends = flatten(self.available_now_target)
+            ends = flatten(self.available_now_target)       # all there is: taken as complete
         else:
-            ends = self.offsets.ends()
+            bounds = self.offsets.bounds()
+            ends, lows = {tp: high for tp, (_, high) in bounds.items()}, {tp: low for tp, (low, _) in bounds.items()}
         for tp in ends:                         # partitions added while running start at their beginning
             begin.setdefault(tp, 0)
         for tp, end in ends.items():
             if end < begin[tp]:
                 self._offsets_went_back(tp, begin[tp], end)
         ends = {tp: max(ends.get(tp, begin[tp]), begin[tp]) for tp in begin}
+        if self.align_by_time and self.available_now_target is None:
+            ends = self.gate.release(begin, ends, lows)
         if isinstance(limit, ReadMaxRows):
             ends = self._capped(begin, ends, limit.max_rows)
         return nest(ends)
@@ -417,6 +436,19 @@ def _cap(begin: dict, ends: dict, max_rows: int) -> dict:
     for tp, n in backlog.items():
         capped[tp] = begin[tp] + max(1, n * max_rows // total)
     return capped
+
+
+def _seconds(options: dict, name: str) -> float | None:
+    text = options.get(name.lower())
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise SourceError(f"the option {name} must be a number of seconds (0 or more), got {text!r}")
+    return value
 
 
 def _names(options: dict, key: str) -> tuple[str, ...]:

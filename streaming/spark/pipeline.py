@@ -88,6 +88,7 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")      # everything stays on loopback
     from pyspark.sql import SparkSession
+    _jvm_in_own_session()
     _class_archive = ClassArchive.for_this_machine(write=write_class_archive)
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.shuffle.partitions", str(default_shuffle_partitions(master)))
@@ -128,6 +129,26 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
 
 
 _class_archive = ClassArchive(None, write=False)
+
+
+def _jvm_in_own_session() -> None:
+    """Spark's driver JVM, and with it the Python workers it starts, in a session (and process group)
+    of its own: a service manager or a container runtime stops a program by signalling its whole
+    process group, and SIGTERM would kill the JVM under the running query (its shutdown hook stops
+    Spark) and the Python workers mid-task, so `dirstream run` could not finish the micro-batch in
+    flight and exit 0. The driver alone handles the signals (streaming.apps.run.StopRequests). The
+    JVM still ends with the driver: it exits when its standard input, the driver's pipe, closes.
+    PySpark starts the JVM through pyspark.core.context.launch_gateway, with no way to pass Popen
+    options from the session builder: that name is wrapped, once."""
+    import pyspark.core.context as context
+    launch = context.launch_gateway
+    if getattr(launch, "own_session", False):
+        return
+
+    def launch_in_own_session(conf=None, popen_kwargs=None):
+        return launch(conf, {**(popen_kwargs or {}), "start_new_session": True})
+    launch_in_own_session.own_session = True
+    context.launch_gateway = launch_in_own_session
 
 
 def stop_spark(spark, say=lambda text: None) -> None:

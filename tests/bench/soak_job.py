@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
 from bench_whole_job import proportional_memory  # noqa: E402
 from infra.broker import EmbeddedBroker, free_port  # noqa: E402
-from job_runs import FAULTS, differences, dump  # noqa: E402
+from job_runs import FAULTS, differences, dump, kill_tree  # noqa: E402
 from producers.clock import move_event_time  # noqa: E402
 from producers.kafka import KafkaSettings, ensure_topics  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
@@ -392,7 +392,7 @@ class Soak:
         try:
             code = self.job.wait(600)
         except subprocess.TimeoutExpired:
-            os.killpg(self.job.pid, signal.SIGKILL)
+            kill_tree(self.job.pid)
             code = self.job.wait(60)
         if code != 0:
             raise RuntimeError(f"the job exited {code} when stopped; see {self.work}/job-*.log")
@@ -500,7 +500,7 @@ class Soak:
         for proc in (self.producer, self.job):
             if proc is not None and proc.poll() is None:
                 if proc is self.job:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    kill_tree(proc.pid)
                 else:
                     proc.kill()
                 proc.wait(60)
