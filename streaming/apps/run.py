@@ -76,9 +76,16 @@ def cmd_run(args) -> int:
     stop = StopRequests()
     try:
         return _run(args, stop)
+    except StoppedWhileStarting:                   # asked to stop while waiting for Kafka: nothing started
+        print("dirstream run: stopped before the job started (Kafka did not answer yet)", file=sys.stderr)
+        return 0
     except KeyboardInterrupt:                      # a second signal while starting: nothing was processed yet
         print("dirstream run: interrupted while starting", file=sys.stderr)
         return 130
+
+
+class StoppedWhileStarting(Exception):
+    """A stop asked for while the job waited for Kafka to answer, before anything ran."""
 
 
 class StopRequests:
@@ -90,25 +97,31 @@ class StopRequests:
     (streaming.spark.pipeline.build_spark) and never see a signal sent to the job's process group."""
 
     def __init__(self):
-        self.requested, self.stop_file, self.say = False, None, None
+        self.requested, self.stop_file, self.signal_name = False, None, None
+        self.install()
+
+    def install(self) -> None:
+        """Again after Spark has started: PySpark's SparkContext puts in its own SIGINT handler, which
+        cancels every running Spark job (the micro-batch in flight) and raises KeyboardInterrupt."""
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum, _frame):
+        # no printing here: the main thread may be inside a write to the same stream
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signal_name = True, signal.Signals(signum).name
         if self.stop_file:
             open(self.stop_file, "w").close()
-        if self.say:
-            self.say(f"dirstream run: {signal.Signals(signum).name}: stopping after the current batch "
-                     f"(a second signal stops at once)")
 
-    def watch(self, stop_file: str, say) -> None:
-        """The source's stop file and the console, once the job has them."""
-        self.stop_file, self.say = stop_file, say
+    def watch(self, stop_file: str) -> None:
+        """The source's stop file, once the job has one."""
+        self.stop_file = stop_file
         if self.requested:
             open(stop_file, "w").close()
+
+    def announce(self, say) -> None:
+        say(f"dirstream run: {self.signal_name}: stopping after the current batch (a second signal stops at once)")
 
 
 def _run(args, stop: "StopRequests") -> int:
@@ -152,8 +165,9 @@ def _run(args, stop: "StopRequests") -> int:
     opts["stopFile"] = os.path.join(tempfile.gettempdir(), f"dirstream-stop-{os.getpid()}-{time.time_ns()}")
     if not args.topics and not args.topic_pattern:
         try:
-            _create_missing_raw_topics(args.bootstrap, settings_options, log)
-        except RuntimeError as exc:                # KafkaUnavailable: the broker cannot be reached
+            _when_kafka_answers(lambda: _create_missing_raw_topics(args.bootstrap, settings_options, log),
+                                args.bootstrap, stop)
+        except RuntimeError as exc:                # the broker did not answer within the wait
             say(f"dirstream run: {exc}")
             return 2
     conf = dict(item.split("=", 1) for item in args.spark_conf)
@@ -162,6 +176,7 @@ def _run(args, stop: "StopRequests") -> int:
              args.bootstrap, masked(args.sink), args.checkpoint, args.master)
     # the whole job's run writes the machine's class archive (a raw-only run would leave out the operators')
     spark = build_spark(args.master, conf=conf, write_class_archive=operators, pretouch=not args.once)
+    stop.install()
     echo = lambda line: (log.info("%s", line), console.info(line))  # noqa: E731
     metrics = _serve_metrics(args, {"bootstrap.servers": args.bootstrap, **settings_options}, say)
     job = topology.JobSettings(
@@ -176,9 +191,14 @@ def _run(args, stop: "StopRequests") -> int:
     if operators:
         _record_operator_progress(spark, job)
         for topic, partitions in topology.internal_topics(job).items():
-            _ensure_topic(args.bootstrap, settings_options, topic, partitions)
+            try:
+                _when_kafka_answers(lambda: _ensure_topic(args.bootstrap, settings_options, topic, partitions),
+                                    args.bootstrap, stop)
+            except RuntimeError as exc:
+                say(f"dirstream run: {exc}")
+                return 2
     rc = 0
-    stop.watch(opts["stopFile"], say)
+    stop.watch(opts["stopFile"])
     console.start()
     try:
         try:
@@ -297,6 +317,33 @@ def _create_missing_raw_topics(bootstrap: str, options: dict, log) -> None:
                     ", ".join(sorted(created)), bootstrap, RAW_TOPIC_PARTITIONS)
 
 
+def _when_kafka_answers(call, bootstrap: str, stop: "StopRequests"):
+    """call() once Kafka answers: a job started while its broker is down or restarting waits for it
+    as a running job's source does (kafka_offsets.BROKER_WAIT_S, the same log lines), instead of
+    failing; a stop asked for meanwhile ends the wait. Refused credentials are not waited for."""
+    from producers.kafka import KafkaSecurityError, KafkaUnavailable
+    from ..spark.kafka_offsets import BROKER_WAIT_S, RETRY_PAUSE_S
+    log = logging.getLogger("dirstream.source")
+    started, warned_at = time.monotonic(), None
+    while True:
+        try:
+            return call()
+        except KafkaSecurityError:
+            raise
+        except KafkaUnavailable as exc:
+            if stop.requested:
+                raise StoppedWhileStarting from None
+            waited = time.monotonic() - started
+            if waited >= BROKER_WAIT_S:
+                raise RuntimeError(f"cannot reach Kafka at {bootstrap}: {exc} (the broker did not answer for "
+                                   f"{waited:.0f} s); start the broker, then run the job again: it resumes from its "
+                                   f"checkpoint") from None
+            if warned_at is None or waited - warned_at >= 30:
+                log.warning("Kafka at %s does not answer (%s); waiting up to %.0f s", bootstrap, exc, BROKER_WAIT_S)
+                warned_at = waited
+            time.sleep(RETRY_PAUSE_S)
+
+
 def _ensure_topic(bootstrap: str, options: dict, topic: str, partitions: int = 1) -> None:
     from producers.kafka import KafkaSettings, ensure_topics
     ensure_topics(KafkaSettings(bootstrap, options), {topic: partitions})
@@ -332,6 +379,7 @@ def _supervise(queries, log, say=print, stop: StopRequests | None = None) -> tup
             if any(q.exception() is not None for q in queries if not q.isActive):
                 break
             if stop.requested:
+                stop.announce(say)
                 _stop_between_batches(queries)
                 break
     except KeyboardInterrupt:
