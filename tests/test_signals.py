@@ -1,7 +1,8 @@
 """SIGINT and SIGTERM stop `dirstream run` as Ctrl-C does, whether sent to the driver alone or to its
 whole process group (a service manager, a container runtime): the micro-batch in flight finishes,
 the summary is printed, the exit code is 0; a second signal stops it at once. Nothing is lost: the
-job run on to the end gives the tables a fresh checkpoint's --once gives."""
+job run on to the end gives the tables a fresh checkpoint's --once gives. The first run starts while
+the broker is down, and waits for it."""
 import os
 import signal
 import time
@@ -34,18 +35,26 @@ def _twice_to_group(proc) -> None:
     os.killpg(proc.pid, signal.SIGTERM)
 
 
-STOPS = {"SIGTERM to the process group": _to_group(signal.SIGTERM),
-         "SIGINT to the driver alone": lambda proc: proc.send_signal(signal.SIGINT),
-         "a second SIGTERM to the process group": _twice_to_group}
+# how each stop is sent, and what the job says
+STOPS = {"SIGTERM to the process group": (_to_group(signal.SIGTERM), "stopping after the current batch"),
+         "SIGINT to the driver alone": (lambda proc: proc.send_signal(signal.SIGINT), "stopping after the current batch"),
+         "a second SIGTERM to the process group": (_twice_to_group, "a second signal: stopping at once")}
 
 
-def test_sigterm_or_sigint_to_the_driver_or_its_group_stops_the_job_cleanly(broker, tmp_path, spark):
+def test_sigterm_or_sigint_to_the_driver_or_its_group_stops_the_job_cleanly(kafka_broker, broker, tmp_path, spark):
     simulate(broker, tmp_path, "--seed", "9", "--count", "4000")
     sink, checkpoint = f"sqlite:///{tmp_path}/job.db", tmp_path / "ckpt"
-    for what, stop in STOPS.items():
+    for what, (stop, says) in STOPS.items():
         before = _batches(sink)
+        broker_down = before == 0
+        if broker_down:
+            kafka_broker.stop()
         proc = job(broker, sink, checkpoint, "--max-records", "300", "--metrics-port", "0")
         try:
+            if broker_down:
+                time.sleep(8)
+                assert proc.poll() is None, output(proc)[-5000:]
+                kafka_broker.start()
             deadline = time.monotonic() + 300
             while _batches(sink) <= before:          # a micro-batch committed by this run
                 assert proc.poll() is None, output(proc)[-5000:]
@@ -57,7 +66,8 @@ def test_sigterm_or_sigint_to_the_driver_or_its_group_stops_the_job_cleanly(brok
             if proc.poll() is None:
                 proc.kill()
         said = output(proc)
-        assert "stopping after the current batch" in said and "rows written:" in said, said[-3000:]
+        assert not broker_down or f"Kafka at {broker} does not answer" in said, said[-3000:]
+        assert says in said and "rows written:" in said, said[-3000:]
         assert "late rows: 0" in said, said[-3000:]
     rest = job(broker, sink, checkpoint, "--once", "--metrics-port", "0")
     assert rest.wait(600) == 0, output(rest)[-5000:]

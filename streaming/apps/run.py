@@ -384,6 +384,7 @@ def _supervise(queries, log, say=print, stop: StopRequests | None = None) -> tup
                 break
     except KeyboardInterrupt:
         stop.requested = True
+        say("dirstream run: a second signal: stopping at once (a restart redoes the micro-batch in flight)")
     for q in queries:
         q.stop()
     errors = [q.exception() for q in queries if q.exception() is not None]
