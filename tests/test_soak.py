@@ -25,7 +25,7 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     # ones only a hang exceeds. 300 msg/s: about a sixth of what the job keeps up with on 2 cores, so
     # a machine half as fast, sharing its cores with the suite's other worker, still catches up.
     done = subprocess.run(
-        [sys.executable, str(SOAK), "--minutes", "1.5", "--rate", "300", "--broker-restart-at", "0.75",
+        [sys.executable, str(SOAK), "--minutes", "1.5", "--rate", "300", "--broker-restart-at", "0.75", "--restarts", "2",
          "--sink-outage-at", "0.8", "--sink-outage-s", "30",
          "--stop-minutes", "0.4", "--catch-up-minutes", "0.75", "--max-records", "5000", "--sample-s", "10",
          "--warmup-minutes", "0.5", "--memory-growth", "2.0", "--catch-up-memory", "2.0", "--quiet-s", "20",
@@ -39,6 +39,9 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     # every criterion was checked, not only passed; the timings are there as figures
     for kind in CEILINGS_MB:
         assert f"{kind} resident memory over the whole run" in verdicts
+    # the stops and restarts cost no row (with the Ctrl-C before the catch-up: three stops)
+    late = next(v for v in result["verdicts"] if v["text"].startswith("rows dropped as late over the whole run"))
+    assert late["ok"] and "(3 stop(s) and restart(s)): 0" in late["text"], late
     assert {"every micro-batch within --max-records 5,000", "after the run", "Ctrl-C with a backlog",
             "the tables equal a fresh checkpoint's --once over the same Kafka content"} <= set(verdicts)
     # the database outage was ridden through: waited for with a console line, written again once back
@@ -58,6 +61,7 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     assert per_minute and max(m["p99"] for m in per_minute) >= 0.4 * 60 * 0.5, per_minute
     events = [what for _minute, what in result["events"]]
     assert "broker stopped" in events and "broker started again on its log directories" in events
+    assert {"job stopped (SIGTERM to its process group)", "job stopped (SIGINT to the driver alone)"} <= set(events)
     assert events.index("sink database stopped") + 1 == events.index("sink database started again")
     # the producer rode through the broker's restart: every record confirmed, once (idempotent)
     ended = next(e for e in events if e.startswith("producer ended"))

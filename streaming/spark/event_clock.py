@@ -194,21 +194,23 @@ class ReleaseGate:
                 self._moved[tp] = (end, now)
         return {tp for tp in ends if now - self._moved[tp][1] < self.idle_s}
 
-    def release(self, begin: dict, ends: dict, lows: dict) -> dict:
-        """Each partition's end: up to the earliest head among the live partitions. A live partition
-        holding no record yet (its first one may come behind the others') holds every release back."""
+    def release(self, begin: dict, ends: dict, lows: dict, planned: dict | None = None) -> dict:
+        """Each partition's end within planned (default: ends, the partitions' end offsets): up to the
+        earliest head among the live partitions. A live partition holding no record yet (its first
+        one may come behind the others') holds every release back."""
+        planned = ends if planned is None else planned
         live = self.live(ends)
         if any(ends[tp] <= lows.get(tp, 0) for tp in live):
             return dict(begin)
         heads = [ms for ms in self.index.heads({tp: ends[tp] for tp in live}).values() if ms is not None]
         if not heads:
-            return ends
+            return planned
         until = min(heads)
-        ahead = {tp: (begin[tp], ends[tp]) for tp in ends if ends[tp] > begin[tp]}
+        ahead = {tp: (begin[tp], planned[tp]) for tp in planned if planned[tp] > begin[tp]}
         if sum(stop - start for start, stop in ahead.values()) <= SCANNED_AT_MOST:
-            self.index.scan(ahead)
-        return {tp: self.index.release_end(tp, begin[tp], ends[tp], until) if tp in ahead else ends[tp]
-                for tp in ends}
+            self.index.scan({tp: r for tp, r in ahead.items() if self.index.arrival_or_early(tp, r[1] - 1) > until})
+        return {tp: self.index.release_end(tp, begin[tp], planned[tp], until) if tp in ahead else planned[tp]
+                for tp in planned}
 
 
 def aligned_cap(index: ArrivalIndex, begin: dict, ends: dict, shares: dict, max_rows: int) -> dict:

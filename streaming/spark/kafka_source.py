@@ -209,11 +209,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end < begin[tp]:
                 self._offsets_went_back(tp, begin[tp], end)
         ends = {tp: max(ends.get(tp, begin[tp]), begin[tp]) for tp in begin}
+        released = self._capped(begin, ends, limit.max_rows) if isinstance(limit, ReadMaxRows) else ends
         if self.align_by_time and self.available_now_target is None:
-            ends = self.gate.release(begin, ends, lows)
-        if isinstance(limit, ReadMaxRows):
-            ends = self._capped(begin, ends, limit.max_rows)
-        return nest(ends)
+            # after the cap: a backlog's capped batch ends long before the heads, and the cuts are
+            # then looked for within its ranges only
+            released = self.gate.release(begin, ends, lows, released)
+        return nest(released)
 
     def _capped(self, begin: dict, ends: dict, max_rows: int) -> dict:
         """At most max_rows records, shared in proportion to each partition's backlog; with decoded

@@ -6,7 +6,12 @@ One run, on a fresh embedded Apache Kafka broker, producer, broker and job on th
    traffic with every fault type on and plays the object authorities (it answers the job's sync and
    change requests as the authorities hold their objects then), while the whole job runs (`dirstream
    run`, its one query, 2 s trigger, `--max-records`). The broker is stopped and started again on
-   its own log directories once (`--broker-restart-at`). With `--sink-outage-at`, the sink is a
+   its own log directories once (`--broker-restart-at`). With `--restarts N` the job is stopped and
+   started again N times, evenly over the steady phase, each time signalled another way (SIGTERM to
+   its process group, SIGINT to the driver alone, SIGTERM to the driver alone). With `--no-respond`
+   the producer does not answer (the authorities answer only after the traffic, `produce respond`).
+   Every event waits for the job's first committed micro-batch since it started (a slow machine runs
+   the same scenario). With `--sink-outage-at`, the sink is a
    PostgreSQL server of the run's own, stopped for `--sink-outage-s` once the job has committed a
    micro-batch and started again: the job must wait for it (a console line) and go on.
 2. **Catch-up** (`--stop-minutes`, 10): the job is stopped (Ctrl-C) with the traffic still running,
@@ -40,6 +45,7 @@ and printed, exit 1 if one fails:
   to the commit of the micro-batch that read it stays under `--max-latency-s` (10) seconds (sampled:
   every 3 s the latest record of each raw partition is a marker; committed when the sink shows a
   micro-batch past it, polled every 0.5 s: when a dashboard could first show its rows);
+- no row dropped as late over the whole run (the operators' late_rows, restarts included);
 - after the run, `verify` is clean (and the tables equal a fresh run's with `--compare`);
 - with `--sink-outage-at`: the job said it waited for the database and that it answered again.
 
@@ -87,6 +93,10 @@ PROCESSES = ("broker", "producer", "driver", "jvm", "python workers")
 JUDGED = ("broker", "driver", "jvm", "python workers")
 CATCH_UP_HANG_MINUTES = 15     # --timings-as-figures: the longest the catch-up is waited for
 CTRL_C_MARGIN_S = 5            # the signal reaching the driver, the stop file written
+# --restarts: how each stop of the steady phase is signalled, in turn (as a service manager, a user)
+RESTART_SIGNALS = (("SIGTERM to its process group", lambda pid: os.killpg(pid, signal.SIGTERM)),
+                   ("SIGINT to the driver alone", lambda pid: os.kill(pid, signal.SIGINT)),
+                   ("SIGTERM to the driver alone", lambda pid: os.kill(pid, signal.SIGTERM)))
 
 
 # ------------------------------------------------------------------------------------ processes
@@ -386,9 +396,10 @@ class Soak:
         else:
             self.verdicts.append((ok, text))
 
-    def stop_job(self) -> None:
+    def stop_job(self, send=None) -> None:
+        """Ctrl-C (SIGINT to the job's process group) or send(pid): stops after the current micro-batch."""
         self.ctrl_c.append(time.time())
-        os.killpg(self.job.pid, signal.SIGINT)          # Ctrl-C: stops after the current micro-batch
+        (send or (lambda pid: os.killpg(pid, signal.SIGINT)))(self.job.pid)
         try:
             code = self.job.wait(600)
         except subprocess.TimeoutExpired:
@@ -461,7 +472,7 @@ class Soak:
         self.producer = subprocess.Popen(
             [DIRSTREAM, "produce", "simulate", "--bootstrap", self.broker.bootstrap, "--seed", str(a.seed),
              "--rate", str(a.rate), "--duration", str(produce_s), "--op-interval-ms", a.op_interval_ms,
-             "--respond", "--truth", str(self.truth), *FAULTS],
+             *([] if a.no_respond else ["--respond"]), "--truth", str(self.truth), *FAULTS],
             stdout=open(self.work / "producer.out", "w"), stderr=open(self.work / "producer.log", "w"))
         self.started, self.wall_started, self.last_sample_at = time.monotonic(), time.time(), time.time()
         self.processes = ProcessMeter(self.roots)
@@ -507,15 +518,52 @@ class Soak:
 
     def steady(self) -> None:
         a = self.args
-        disruptions = sorted((at, what) for at, what in ((a.broker_restart_at, self.restart_broker),
-                                                          (a.sink_outage_at, self.sink_outage))
-                             if 0 < at < a.minutes)
+        restarts = [(a.minutes * (k + 1) / (a.restarts + 1), lambda k=k: self.restart_job(k)) for k in range(a.restarts)]
+        disruptions = sorted(((at, what) for at, what in ((a.broker_restart_at, self.restart_broker),
+                                                           (a.sink_outage_at, self.sink_outage), *restarts)
+                              if 0 < at < a.minutes), key=lambda item: item[0])
         for at, disrupt in disruptions:
             self.wait_sampling(at, "steady")
             disrupt()
         self.wait_sampling(a.minutes, "steady")
 
+    def wait_first_commit(self) -> None:
+        """Until the running job has committed a micro-batch since it started: an event before that
+        would test its start, not what it is meant to (the short soak's broker restart once came
+        while a loaded machine's job was still starting)."""
+        started = self.job_starts[-1]
+
+        def committed(_now: dict) -> bool:
+            return self.committed_since(started)
+        if not committed({}) and not self.watch(self.minute() + CATCH_UP_HANG_MINUTES, "steady", committed):
+            raise RuntimeError(f"the job committed no micro-batch in {CATCH_UP_HANG_MINUTES} min")
+
+    def committed_since(self, unix_time: float) -> bool:
+        from streaming.apps.health import epoch_s
+        from streaming.apps.sink_reader import SinkReader
+        try:
+            reader = SinkReader(self.url)
+        except Exception:                           # noqa: BLE001 -- no sink yet, or the database is down
+            return False
+        try:
+            rows = reader.query("pipeline_progress", "SELECT MAX(finished_at) AS last FROM pipeline_progress")
+        except Exception:                           # noqa: BLE001
+            return False
+        finally:
+            reader.conn.close()
+        return bool(rows and rows[0]["last"]) and epoch_s(rows[0]["last"]) >= unix_time
+
+    def restart_job(self, k: int) -> None:
+        """Stopped with the traffic running, signalled one of three ways, and started again at once."""
+        self.wait_first_commit()
+        how, send = RESTART_SIGNALS[k % len(RESTART_SIGNALS)]
+        self.event(f"job stopped ({how})")
+        self.stop_job(send)
+        self.job = self.start_job()
+        self.event("job started again")
+
     def restart_broker(self) -> None:
+        self.wait_first_commit()
         self.event("broker stopped")
         self.broker.stop()
         self.lag.close()
@@ -546,6 +594,7 @@ class Soak:
         a = self.args
         if a.stop_minutes <= 0:
             return
+        self.wait_first_commit()
         self.event("job stopped (Ctrl-C)")
         self.stop_job()
         stopped = self.minute()
@@ -711,7 +760,27 @@ class Soak:
             self.judge_ctrl_c()
         if self.postgres is not None:
             self.judge_sink_outage()
+        self.judge_late_rows()
         self.judge_ceilings()
+
+    def judge_late_rows(self) -> None:
+        """The promise under stops: no row dropped as late, whatever the restarts, the broker restart
+        and the catch-up (the operators' late_rows in pipeline_progress)."""
+        from streaming.apps.sink_reader import SinkReader
+        try:
+            reader = SinkReader(self.url)
+            try:
+                rows = reader.query("pipeline_progress", "SELECT COALESCE(SUM(late_rows), 0) AS n, "
+                                    "COUNT(*) AS batches FROM pipeline_progress WHERE late_rows > 0")
+            finally:
+                reader.conn.close()
+        except Exception as exc:                    # noqa: BLE001 -- the sink is gone: say so
+            self.verdicts.append((False, f"rows dropped as late: not known ({exc})"))
+            return
+        late, batches = int(rows[0]["n"] or 0), int(rows[0]["batches"] or 0)
+        restarts = len(self.job_starts) - 1
+        self.verdicts.append((late == 0, f"rows dropped as late over the whole run ({restarts} stop(s) and restart(s)): "
+                                         f"{late:,}" + (f" in {batches} micro-batch(es)" if late else "")))
 
     def judge_latency(self, steady: list[dict]) -> None:
         """End-to-end latency of the markers published in the steady phase after the warm-up, pooled;
@@ -917,6 +986,11 @@ def parse_args(argv=None):
                    help="minute of the steady phase after which the sink database is stopped (the sink is then "
                         "a PostgreSQL server of the run's own; default 0: SQLite, no outage)")
     p.add_argument("--sink-outage-s", type=float, default=30, help="how long the sink database is down (default 30)")
+    p.add_argument("--restarts", type=int, default=0,
+                   help="stop and start the job again this many times in the steady phase, evenly spaced, with "
+                        "SIGTERM to its process group, SIGINT and SIGTERM to the driver in turn (default 0)")
+    p.add_argument("--no-respond", action="store_true",
+                   help="the producer does not answer the replicas (`produce respond` does, after the traffic)")
     p.add_argument("--stop-minutes", type=float, default=10, help="the job stopped for this long (default 10; 0: "
                                                                   "no catch-up phase)")
     p.add_argument("--catch-up-minutes", type=float, default=10, help="the catch-up limit (default 10)")
