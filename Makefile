@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup system-deps run stop test bench bench-codecs bench-replication soak clean
+.PHONY: setup system-deps run stop test bench bench-codecs bench-replication bench-producers soak clean
 
 # The virtual environment and the embedded broker's Kafka jars (fetched once from Maven Central).
 setup: $(VENV)/.installed
@@ -66,6 +66,10 @@ bench-replication: setup
 
 bench-codecs: setup
 	$(BIN)/python tests/bench/bench_codecs.py
+
+# The object authorities' answers at truth sizes of 100,000, 1,000,000 and 10,000,000 messages.
+bench-producers: setup
+	$(BIN)/python tests/bench/bench_producers.py
 
 clean:
 	-$(BIN)/dirstream broker stop

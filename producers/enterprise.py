@@ -52,6 +52,46 @@ class DirObject:
         return [Property(k, v) for k, v in self.properties.items()]
 
 
+class SeqLog:
+    """Which object of a partition holds each sequence number, in ascending order: an authority
+    answers a sync request for [From, To] by walking only that range (MC-MQDSRP 3.2.7.3), whatever
+    the partition's size. Every change takes the partition's next sequence number (3.1.7.1.2), so
+    the log only grows at its end; an object changed again leaves a stale entry behind, skipped,
+    and the log is rebuilt from the live entries when the stale ones outnumber them, so it holds at
+    most about twice the objects (created, updated or deleted and not purged yet)."""
+
+    def __init__(self):
+        self.seqs: list[int] = []
+        self.guids: list[str] = []
+        self.live: dict[str, int] = {}             # guid -> the sequence number it holds now
+
+    def record(self, seq: int, guid: str) -> None:
+        if self.seqs and seq <= self.seqs[-1]:
+            raise ValueError(f"sequence number {seq} after {self.seqs[-1]}: a partition's changes only go up")
+        self.seqs.append(seq)
+        self.guids.append(guid)
+        self.live[guid] = seq
+        if len(self.seqs) > 2 * len(self.live) + 64:
+            self._compact()
+
+    def forget(self, guid: str) -> None:
+        """A deleted object purged (3.1.7.2.9): no longer in any sync reply."""
+        self.live.pop(guid, None)
+
+    def between(self, first: int, last: int):
+        """(seq, guid) of every live entry with first <= seq <= last, ascending."""
+        import bisect
+        i = bisect.bisect_left(self.seqs, first)
+        while i < len(self.seqs) and self.seqs[i] <= last:
+            if self.live.get(self.guids[i]) == self.seqs[i]:
+                yield self.seqs[i], self.guids[i]
+            i += 1
+
+    def _compact(self) -> None:
+        ordered = sorted((seq, guid) for guid, seq in self.live.items())
+        self.seqs, self.guids = [seq for seq, _ in ordered], [guid for _, guid in ordered]
+
+
 @dataclass
 class Partition:
     partition_id: str
@@ -60,6 +100,7 @@ class Partition:
     purged_seq_number: int = 0
     objects: dict[str, DirObject] = field(default_factory=dict)
     deleted: dict[str, DeletedObject] = field(default_factory=dict)
+    log: SeqLog = field(default_factory=SeqLog)    # objects and deletions by sequence number
 
 
 @dataclass
@@ -168,6 +209,7 @@ class Enterprise:
 
     def add_object(self, obj: DirObject) -> None:
         self.partitions[obj.partition_id].objects[obj.guid] = obj
+        self.partitions[obj.partition_id].log.record(obj.seq_number, obj.guid)
         self.by_type[obj.object_type].add(obj.guid, obj)
         if obj.object_type == MQDS_QUEUE:
             self.queues_by_qm.setdefault(obj.properties[propid("Q_QMID")], IndexedSet()).add(obj.guid, obj)

@@ -4,6 +4,7 @@ Sans-IO core `Authorities` answers one replication message with the messages the
 would send; `run_responder` is the Kafka loop around it (outbound topic in, raw topic out).
 The authorities' state is the simulator's ground truth (its `partitions`).
 """
+import itertools
 import json
 import logging
 import time
@@ -60,10 +61,82 @@ class Answer:
     envelope: dict
 
 
+class HeldPartition:
+    """A partition as its authority holds it: what an answer reads (authority, last and purged
+    sequence numbers, the objects and deletions of a sequence-number range in ascending order)."""
+    authority: str
+    last: int
+    purged: int
+
+    def changes(self, first: int, last: int):
+        """(seq, guid, object type, properties or None, the deletion's scope or None), ascending."""
+        raise NotImplementedError
+
+
+class LivePartition(HeldPartition):
+    """A running simulator's partition, read in place (its objects' properties as they are now)."""
+
+    def __init__(self, partition):
+        self.partition = partition
+
+    authority = property(lambda self: self.partition.authority)
+    last = property(lambda self: self.partition.last_seq_number)
+    purged = property(lambda self: self.partition.purged_seq_number)
+
+    def changes(self, first: int, last: int):
+        p = self.partition
+        for seq, guid in p.log.between(first, last):
+            obj = p.objects.get(guid)
+            if obj is not None:
+                yield seq, guid, obj.object_type, obj.properties, None
+            else:
+                d = p.deleted[guid]
+                yield seq, guid, d.object_type, None, d.scope
+
+
+class TruthPartition(HeldPartition):
+    """A partition of a ground-truth file: indexed by sequence number once, each object's
+    properties decoded from their JSON form only when an answer carries it."""
+
+    def __init__(self, data: dict):
+        from .enterprise import SeqLog
+        self.data, self.log = data, SeqLog()
+        self.authority = data["authority"]
+        self.last, self.purged = seq_from_hex(data["last_seq_number"]), seq_from_hex(data["purged_seq_number"])
+        self.deleted = {d["identifier"]: d for d in data["deleted_objects"]}
+        entries = [(seq_from_hex(o["seq_number"]), g) for g, o in data["objects"].items()]
+        entries += [(seq_from_hex(d["seq_number"]), g) for g, d in self.deleted.items()]
+        for seq, guid in sorted(entries):
+            self.log.record(seq, guid)
+
+    def changes(self, first: int, last: int):
+        for seq, guid in self.log.between(first, last):
+            obj = self.data["objects"].get(guid)
+            if obj is not None:
+                yield seq, guid, MQDS_OBJECT_TYPES[obj["object_type"]], properties_from_json(obj["properties"]), None
+            else:
+                d = self.deleted[guid]
+                yield seq, guid, MQDS_OBJECT_TYPES[d["object_type"]], None, d["scope"]
+
+
+class TruthPartitions(dict):
+    """The truth file's partitions, each indexed the first time a request names it."""
+
+    def __init__(self, partitions: dict):
+        super().__init__()
+        self.raw = partitions
+
+    def get(self, partition_id: str, default=None):
+        if partition_id not in self and partition_id in self.raw:
+            self[partition_id] = TruthPartition(self.raw[partition_id])
+        return super().get(partition_id, default)
+
+
 class Authorities:
     def __init__(self, truth: dict):
         self.servers = truth["servers"]
-        self.partitions = truth["partitions"]
+        partitions = truth["partitions"]
+        self.partitions = partitions if isinstance(partitions, LivePartitions) else TruthPartitions(partitions)
         self.stats = {"sync_requests": 0, "sync_replies": 0, "already_purged": 0, "change_replies": 0,
                       "ignored": 0}
 
@@ -93,38 +166,30 @@ class Authorities:
         if part is None:
             self.stats["ignored"] += 1
             return []
-        authority = part["authority"]
-        last, purged = seq_from_hex(part["last_seq_number"]), seq_from_hex(part["purged_seq_number"])
+        authority, last, purged = part.authority, part.last, part.purged
         if req.from_seq_number < purged and req.known_purged_seq_number < purged:
             self.stats["already_purged"] += 1
             return [self._send(authority, req.requester_name, mqdsrp.AlreadyPurgedMessage(req.partition_id, purged),
                                envelope)]
         to = last if req.to_seq_number == MAX_SEQ_NUMBER else req.to_seq_number
         changes = self._changes_between(req.partition_id, part, req.from_seq_number, to, purged, req.scope)
-        return self._sync_replies(authority, req, changes, to, last, purged, envelope)
+        if req.is_sync0:            # served in parts (below): one more than a part says whether more follow
+            changes = itertools.islice(changes, SYNC_REPLY_CHUNK + 1)
+        return self._sync_replies(authority, req, list(changes), to, last, purged, envelope)
 
-    def _changes_between(self, pid: str, part: dict, first: int, last: int, purged: int, scope: int):
-        changes = []
-        for guid, obj in part["objects"].items():
-            seq = seq_from_hex(obj["seq_number"])
-            object_type = MQDS_OBJECT_TYPES[obj["object_type"]]
-            props = properties_from_json(obj["properties"])
-            if not first <= seq <= last:
+    def _changes_between(self, pid: str, part: HeldPartition, first: int, last: int, purged: int, scope: int):
+        """The DirectoryChanges of [first, last] in ascending order (the digest's reading of the
+        "descending" defect), walking only that range of the partition."""
+        for seq, guid, object_type, props, deleted_scope in part.changes(first, last):
+            if props is None:           # digest §10.3: only this partition's deletions, within the range
+                plist = [Property(propid("D_SCOPE"), deleted_scope), Property(propid("D_OBJTYPE"), object_type)]
+                yield mqdsrp.DirectoryChange(mqdsrp.CMD_DELETE, 1, None, guid, pid, 0, seq, purged, plist)
                 continue
             if object_type == 1 and scope == 1 and props.get(propid("Q_SCOPE")) != 1:
                 continue        # 3.2.7.8: a PSC's request (Scope 0x01) gets enterprise-scope queues only
             plist = [Property(propid(n), props.get(propid(n), empty_value(propid(n))))
                      for n in SYNC_PROPERTIES[object_type]]
-            changes.append(mqdsrp.DirectoryChange(mqdsrp.CMD_SYNC, 1, None, guid, pid, 0, seq, purged, plist))
-        for d in part["deleted_objects"]:   # digest §10.3: only this partition's, within the range
-            seq = seq_from_hex(d["seq_number"])
-            if first <= seq <= last:
-                plist = [Property(propid("D_SCOPE"), d["scope"]),
-                         Property(propid("D_OBJTYPE"), MQDS_OBJECT_TYPES[d["object_type"]])]
-                changes.append(mqdsrp.DirectoryChange(mqdsrp.CMD_DELETE, 1, None, d["identifier"], pid, 0, seq,
-                                                      purged, plist))
-        changes.sort(key=lambda c: c.seq_number)    # ascending: the digest's reading of the "descending" defect
-        return changes
+            yield mqdsrp.DirectoryChange(mqdsrp.CMD_SYNC, 1, None, guid, pid, 0, seq, purged, plist)
 
     def _sync_replies(self, authority, req, changes, to, last, purged, envelope) -> list[Answer]:
         # 3.2.7.3 answers a request with one SyncReplyMessage holding every change in [From, To]. Only
@@ -154,7 +219,7 @@ class Authorities:
         self.stats["change_replies"] += 1
         hdr = req.change_request_header
         reply = mqdsrp.ChangeReplyMessage(hdr.request_identifier, MQ_OK, hdr.requester_name)
-        return [self._send(part["authority"], self._reply_destination(part["authority"], hdr), reply, envelope)]
+        return [self._send(part.authority, self._reply_destination(part.authority, hdr), reply, envelope)]
 
     def _reply_destination(self, authority: str, hdr: mqdsrp.ChangeRequestHeader) -> str:
         """3.2.7.6: the requester if it is a directory neighbour of the authority (a PSC, or a BSC of the
@@ -223,25 +288,17 @@ def date_answers(answers: list, now_ms: int | None) -> None:
         now_ms = arrives_at(ans.envelope, now_ms)
 
 
-class LivePartitions:
-    """The partitions as a running simulator's authorities hold them now, in the truth's JSON form,
-    made when a request asks for one (and kept until the partition changes): what `Authorities`
-    reads to answer while the traffic is still being generated."""
+class LivePartitions(dict):
+    """A running simulator's partitions as its authorities hold them now, read in place (no copy):
+    what `Authorities` reads to answer while the traffic is still being generated."""
 
     def __init__(self, enterprise):
+        super().__init__()
         self.enterprise = enterprise
-        self._made: dict[str, tuple[tuple, dict]] = {}
 
     def get(self, partition_id: str, default=None):
-        from .truth import partition_json
         p = self.enterprise.partitions.get(partition_id)
-        if p is None:
-            return default
-        version = (p.last_seq_number, p.purged_seq_number, len(p.objects), len(p.deleted))
-        made = self._made.get(partition_id)
-        if made is None or made[0] != version:
-            made = self._made[partition_id] = (version, partition_json(p))
-        return made[1]
+        return default if p is None else LivePartition(p)
 
 
 def live_authorities(sim) -> Authorities:

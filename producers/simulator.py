@@ -366,6 +366,7 @@ class Simulator:
         change = self._apply(partition, mqdsrp.CMD_UPDATE, obj.guid, obj.path_name, changed, use_guid=True)
         obj.properties.update(changed)
         obj.seq_number = change.seq_number
+        partition.log.record(change.seq_number, obj.guid)
         self.lost_changes.updated(obj.guid, change.seq_number, changed)
         self._notify(obj, "update", changed)
 
@@ -388,6 +389,7 @@ class Simulator:
         self.lost_changes.deleted(obj.guid, obj.path_name)
         partition.deleted[obj.guid] = DeletedObject(obj.guid, partition.partition_id, change.seq_number,
                                                     obj.object_type, scope)
+        partition.log.record(change.seq_number, obj.guid)
         self._notify(obj, "delete", {})
 
     def _apply(self, partition: ent.Partition, command: int, guid: str, path: str, properties: dict,
@@ -495,6 +497,7 @@ class Simulator:
             return
         for guid in [g for g, d in partition.deleted.items() if d.seq_number <= purge_to]:
             del partition.deleted[guid]
+            partition.log.forget(guid)
         partition.purged_seq_number = purge_to
 
     def _bsc_acks(self) -> None:

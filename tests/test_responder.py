@@ -1,4 +1,6 @@
 """The authority responder's answers (MC-MQDSRP 3.2.7.3, 3.2.7.6), sans-IO."""
+import pytest
+
 from producers.responder import SYNC_REPLY_CHUNK, Authorities
 from producers.simulator import Simulator
 from streaming.wire.envelope import make_envelope
@@ -156,3 +158,72 @@ def test_answers_between_the_traffic_keep_every_mqdsrp_partition_in_arrival_orde
               if protocol == "mqdsrp" and env.get("message_id") is not None]
     assert len(set(answered)) == len(answered) and not set(answered) & set(others)
     assert len(out) - len(answers) == sum(sim.counts.values()) >= 3_000
+
+
+def _scanned(pid: str, part: dict, first: int, last: int, purged: int, scope: int) -> list:
+    """The reference: every object and deletion of the partition looked at, kept if its sequence
+    number is within [first, last], sorted (what an answer carries, found the slow way)."""
+    from producers.responder import MQDS_OBJECT_TYPES, SYNC_PROPERTIES, empty_value
+    from producers.truth import properties_from_json
+    from streaming.wire.properties import Property
+    from streaming.wire.propids import propid
+    changes = []
+    for guid, obj in part["objects"].items():
+        seq, object_type = seq_from_hex(obj["seq_number"]), MQDS_OBJECT_TYPES[obj["object_type"]]
+        props = properties_from_json(obj["properties"])
+        if not first <= seq <= last or (object_type == 1 and scope == 1 and props.get(propid("Q_SCOPE")) != 1):
+            continue
+        changes.append(mqdsrp.DirectoryChange(mqdsrp.CMD_SYNC, 1, None, guid, pid, 0, seq, purged, [
+            Property(propid(n), props.get(propid(n), empty_value(propid(n)))) for n in SYNC_PROPERTIES[object_type]]))
+    for d in part["deleted_objects"]:
+        seq = seq_from_hex(d["seq_number"])
+        if first <= seq <= last:
+            changes.append(mqdsrp.DirectoryChange(mqdsrp.CMD_DELETE, 1, None, d["identifier"], pid, 0, seq, purged, [
+                Property(propid("D_SCOPE"), d["scope"]), Property(propid("D_OBJTYPE"), MQDS_OBJECT_TYPES[d["object_type"]])]))
+    return sorted(changes, key=lambda c: c.seq_number)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_answer_walks_its_range_only_and_carries_what_a_whole_scan_finds(seed):
+    """The authorities index each partition by sequence number (a live simulator's as it changes, a
+    truth file's once): over random ranges, scopes and moments of a run, the changes an answer
+    carries are the ones a scan of every object finds, live and from the truth file alike."""
+    import random
+    from producers.responder import TruthPartition, live_authorities
+    rng, sim = random.Random(seed), Simulator(seed=seed)
+    live = live_authorities(sim)
+    stream = sim.messages()
+    for _ in range(4):
+        for _ in range(rng.randrange(1000, 4000)):
+            next(stream)
+        truth = sim.truth()
+        for pid, part in truth["partitions"].items():
+            last, purged = seq_from_hex(part["last_seq_number"]), seq_from_hex(part["purged_seq_number"])
+            held = TruthPartition(part)
+            for _ in range(5):
+                first = rng.randrange(0, last + 2)
+                upto, scope = rng.randrange(first, last + 3), rng.randrange(2)
+                want = _scanned(pid, part, first, upto, purged, scope)
+                assert list(Authorities(truth)._changes_between(pid, held, first, upto, purged, scope)) == want
+                live_part = live.partitions.get(pid)
+                assert list(live._changes_between(pid, live_part, first, upto, purged, scope)) == want
+
+
+def test_the_sequence_log_holds_the_live_entries_in_order_and_stays_bounded():
+    import random
+    from producers.enterprise import SeqLog
+    rng, log, model, seq = random.Random(7), SeqLog(), {}, 0
+    for _ in range(20_000):
+        guid = f"g{rng.randrange(300)}"
+        if rng.random() < 0.1:
+            log.forget(guid)
+            model.pop(guid, None)
+        else:
+            seq += rng.randrange(1, 3)
+            log.record(seq, guid)
+            model[guid] = seq
+        if rng.random() < 0.01:
+            first = rng.randrange(seq + 1)
+            upto = rng.randrange(first, seq + 2)
+            assert list(log.between(first, upto)) == sorted((s, g) for g, s in model.items() if first <= s <= upto)
+    assert len(log.seqs) <= 2 * len(model) + 64

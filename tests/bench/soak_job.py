@@ -345,6 +345,16 @@ def latency_figures(latencies: list[float]) -> dict:
             "p99": round(ordered[max(math.ceil(0.99 * len(ordered)) - 1, 0)], 2), "n": len(ordered)}
 
 
+def progress_rows(url: str, sql: str) -> list[dict]:
+    """Rows of a query over the sink's pipeline_progress table."""
+    from streaming.apps.sink_reader import SinkReader
+    reader = SinkReader(url)
+    try:
+        return reader.query("pipeline_progress", sql)
+    finally:
+        reader.conn.close()
+
+
 # ------------------------------------------------------------------------------------ the run
 class Soak:
     def __init__(self, args):
@@ -462,7 +472,7 @@ class Soak:
             self.start_postgres()
         ensure_topics(KafkaSettings(self.broker.bootstrap), {t: 4 for t in TOPICS.values()})
         self.lag = LagMeter(self.url, self.broker.bootstrap)
-        produce_s = (a.minutes + a.stop_minutes + a.catch_up_minutes) * 60
+        produce_s = (a.minutes + (a.stop_minutes + a.catch_up_minutes if a.stop_minutes > 0 else 0)) * 60
         print(f"soak: the whole job at {a.rate:,} msg/s (every fault type, the authorities answering): "
               f"{a.minutes:g} min steady, broker restart at minute {a.broker_restart_at:g}, then the job stopped "
               f"for {a.stop_minutes:g} min and {a.catch_up_minutes:g} min to catch up; --max-records "
@@ -540,17 +550,10 @@ class Soak:
 
     def committed_since(self, unix_time: float) -> bool:
         from streaming.apps.health import epoch_s
-        from streaming.apps.sink_reader import SinkReader
         try:
-            reader = SinkReader(self.url)
+            rows = progress_rows(self.url, "SELECT MAX(finished_at) AS last FROM pipeline_progress")
         except Exception:                           # noqa: BLE001 -- no sink yet, or the database is down
             return False
-        try:
-            rows = reader.query("pipeline_progress", "SELECT MAX(finished_at) AS last FROM pipeline_progress")
-        except Exception:                           # noqa: BLE001
-            return False
-        finally:
-            reader.conn.close()
         return bool(rows and rows[0]["last"]) and epoch_s(rows[0]["last"]) >= unix_time
 
     def restart_job(self, k: int) -> None:
@@ -766,14 +769,9 @@ class Soak:
     def judge_late_rows(self) -> None:
         """The promise under stops: no row dropped as late, whatever the restarts, the broker restart
         and the catch-up (the operators' late_rows in pipeline_progress)."""
-        from streaming.apps.sink_reader import SinkReader
         try:
-            reader = SinkReader(self.url)
-            try:
-                rows = reader.query("pipeline_progress", "SELECT COALESCE(SUM(late_rows), 0) AS n, "
-                                    "COUNT(*) AS batches FROM pipeline_progress WHERE late_rows > 0")
-            finally:
-                reader.conn.close()
+            rows = progress_rows(self.url, "SELECT COALESCE(SUM(late_rows), 0) AS n, COUNT(*) AS batches "
+                                           "FROM pipeline_progress WHERE late_rows > 0")
         except Exception as exc:                    # noqa: BLE001 -- the sink is gone: say so
             self.verdicts.append((False, f"rows dropped as late: not known ({exc})"))
             return
@@ -850,12 +848,7 @@ class Soak:
         """Ctrl-C lets no micro-batch start reading after it (the batches in flight finish): a job with
         a backlog stops behind it. A margin of a few seconds covers the signal reaching the driver."""
         from streaming.apps.health import epoch_s
-        from streaming.apps.sink_reader import SinkReader
-        reader = SinkReader(self.url)
-        try:
-            rows = reader.query("pipeline_progress", "SELECT started_at, input_rows FROM pipeline_progress")
-        finally:
-            reader.conn.close()
+        rows = progress_rows(self.url, "SELECT started_at, input_rows FROM pipeline_progress")
         starts = [epoch_s(r["started_at"]) for r in rows if r["input_rows"]]
         late = [sum(1 for t in starts if at + CTRL_C_MARGIN_S < t < min((b for b in self.job_starts if b > at), default=1e12))
                 for at in self.ctrl_c[:-1]]
@@ -863,13 +856,8 @@ class Soak:
                                               f"{', '.join(map(str, late)) or 'no stop with a backlog'}"))
 
     def largest_batches(self) -> dict[str, int]:
-        from streaming.apps.sink_reader import SinkReader
-        reader = SinkReader(self.url)
-        try:
-            rows = reader.query("pipeline_progress", "SELECT COALESCE(query_name, 'dirstream') AS q, "
-                                "MAX(input_rows) AS n FROM pipeline_progress GROUP BY COALESCE(query_name, 'dirstream')")
-        finally:
-            reader.conn.close()
+        rows = progress_rows(self.url, "SELECT COALESCE(query_name, 'dirstream') AS q, MAX(input_rows) AS n "
+                                       "FROM pipeline_progress GROUP BY COALESCE(query_name, 'dirstream')")
         return {r["q"]: int(r["n"] or 0) for r in rows if r["q"] in QUERIES}     # records read, not operator rows
 
     # --------------------------------------------------------------------------- report

@@ -1,0 +1,145 @@
+"""Benchmark of the object authorities' answers (prints figures; not a timed test).
+
+The authorities answer a replica's sync request by walking the requested range of the partition's
+sequence numbers (producers.enterprise.SeqLog), reading the objects in place: a sync or change
+reply should cost the same whatever the partition's size, and a whole sync0 should grow with it
+only linearly. Measured on directories of the simulator's shape at several truth sizes (in
+messages; the objects of the busiest partition grow with the traffic, about 5 per 1,000 messages):
+a partition of that many objects, each updated a few times, built in memory (the largest sizes
+would take hours to simulate). Per size: sync replies to a replica a few changes behind (the common
+request) per second, change replies per second, and the CPU time of a whole sync0 (every object,
+in parts of 500 changes, each asked for in turn); then each ratio to the smallest size, beside the
+target (within 15 % for a reply; proportional to the size for a sync0).
+
+Run: make bench-producers  (or .venv/bin/python tests/bench/bench_producers.py --sizes 100000,1000000)
+"""
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from producers.enterprise import DeletedObject, DirObject, Partition, MQDS_QUEUE  # noqa: E402
+from producers.responder import SYNC_REPLY_CHUNK, Authorities, LivePartitions  # noqa: E402
+from streaming.wire import decode, encode, mqdsrp  # noqa: E402
+from streaming.wire.properties import Property  # noqa: E402
+from streaming.wire.seqnum import MAX_SEQ_NUMBER  # noqa: E402
+from streaming.wire.envelope import make_envelope  # noqa: E402
+from streaming.wire.guid import GUID_NULL  # noqa: E402
+from streaming.wire.propids import propid  # noqa: E402
+
+OBJECTS_PER_MESSAGE = 0.005            # the busiest partition's objects per message of simulated traffic
+PARTITION = "22222222-2222-4222-8222-222222222222"
+
+
+class _Enterprise:
+    """What LivePartitions reads of a simulator's enterprise: the partitions."""
+
+    def __init__(self, partition: Partition):
+        self.partitions = {PARTITION: partition}
+
+
+def directory(objects: int, seed: int = 1) -> Partition:
+    """A partition of `objects` queues, each created and then updated 0-3 times, a tenth deleted."""
+    rng, p = random.Random(seed), Partition(PARTITION, "psc1")
+    guids = [f"{n:08d}-0000-4000-8000-{seed:012d}" for n in range(objects)]
+    for guid in guids:
+        p.last_seq_number += 1
+        props = {propid("Q_SCOPE"): 1, propid("Q_PATHNAME"): f"qm\\q{guid[:8]}", propid("Q_QUOTA"): 100,
+                 propid("Q_LABEL"): "label", propid("Q_JOURNAL"): 0}
+        p.objects[guid] = DirObject(MQDS_QUEUE, guid, PARTITION, props[propid("Q_PATHNAME")], p.last_seq_number, props)
+        p.log.record(p.last_seq_number, guid)
+    for _ in range(objects * 2):
+        guid = rng.choice(guids)
+        obj = p.objects.get(guid)
+        if obj is None:
+            continue
+        p.last_seq_number += 1
+        if rng.random() < 0.05:
+            del p.objects[guid]
+            p.deleted[guid] = DeletedObject(guid, PARTITION, p.last_seq_number, MQDS_QUEUE, 1)
+        else:
+            obj.properties[propid("Q_QUOTA")] += 1
+            obj.seq_number = p.last_seq_number
+        p.log.record(p.last_seq_number, guid)
+    return p
+
+
+def request(inner) -> dict:
+    return make_envelope("mqdsrp", encode("mqdsrp", mqdsrp.new_message(GUID_NULL, inner)), source_machine="bsc1",
+                         destination_machine="psc1", destination_queue="q", sent_time=1000)
+
+
+def per_second(work, seconds: float = 2.0) -> float:
+    n, started = 0, time.process_time()
+    while time.process_time() - started < seconds:
+        work()
+        n += 1
+    return n / (time.process_time() - started)
+
+
+def measure(messages: int) -> dict:
+    objects = max(int(messages * OBJECTS_PER_MESSAGE), 100)
+    built = time.process_time()
+    p = directory(objects)
+    built = time.process_time() - built
+    authorities = Authorities({"servers": {"psc1": {"site_id": GUID_NULL, "machine_id": GUID_NULL, "role": "PSC"},
+                                           "bsc1": {"site_id": GUID_NULL, "machine_id": GUID_NULL, "role": "BSC"}},
+                               "partitions": LivePartitions(_Enterprise(p))})
+    rng = random.Random(3)
+
+    def sync_behind():        # a replica 1-20 changes behind the authority
+        last = p.last_seq_number
+        authorities.answer(request(mqdsrp.SyncRequestMessage(PARTITION, last - rng.randrange(1, 21), MAX_SEQ_NUMBER,
+                                                             p.purged_seq_number, 0, 0, "bsc1")))
+
+    update = mqdsrp.DirectoryChange(mqdsrp.CMD_UPDATE, 0, "qm\\q1", None, PARTITION, 0, 0, 0,
+                                    [Property(propid("Q_QUOTA"), 5)])
+
+    def change():
+        header = mqdsrp.ChangeRequestHeader(PARTITION, rng.randrange(1 << 30), 0, "bsc1")
+        authorities.answer(request(mqdsrp.ChangeRequestMessage(header, update)))
+
+    def sync0():              # every part, each asked for from where the one before ended
+        first = 0
+        while True:
+            (answer,) = authorities.answer(request(mqdsrp.SyncRequestMessage(
+                PARTITION, first, MAX_SEQ_NUMBER, 0, 1, 0, "bsc1")))
+            reply = decode("mqdsrp", answer.envelope["body"]).sync_reply
+            if reply.sync_reply_header.complete_sync0 != 1:
+                return
+            first = reply.sync_reply_header.to_seq_number
+
+    started = time.process_time()
+    sync0()
+    whole = time.process_time() - started
+    return {"messages": messages, "objects": objects, "built_s": built, "sync_per_s": per_second(sync_behind),
+            "change_per_s": per_second(change), "sync0_s": whole, "sync0_parts": -(-len(p.objects) // SYNC_REPLY_CHUNK)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="100000,1000000,10000000",
+                    help="truth sizes in messages, comma-separated (default 100,000, 1,000,000 and 10,000,000)")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = [measure(n) for n in sizes]
+    print(f"{'messages':>12} {'objects':>9} {'sync/s':>10} {'change/s':>10} {'sync0 CPU s':>12}")
+    for r in rows:
+        print(f"{r['messages']:>12,} {r['objects']:>9,} {r['sync_per_s']:>10,.0f} {r['change_per_s']:>10,.0f} "
+              f"{r['sync0_s']:>12.2f}")
+    base = rows[0]
+    print("ratios to the smallest size (target: a reply within 15 % of it; a sync0 in proportion to the objects):")
+    for r in rows[1:]:
+        scale = r["objects"] / base["objects"]
+        print(f"  {r['messages']:>12,}: sync {r['sync_per_s'] / base['sync_per_s']:.2f}, "
+              f"change {r['change_per_s'] / base['change_per_s']:.2f}, "
+              f"sync0 {r['sync0_s'] / base['sync0_s']:.1f}x for {scale:.0f}x the objects "
+              f"({r['sync0_s'] / base['sync0_s'] / scale:.2f} of proportional)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
