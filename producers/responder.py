@@ -7,6 +7,7 @@ The authorities' state is the simulator's ground truth (its `partitions`).
 import itertools
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from .truth import properties_from_json
 
 log = logging.getLogger("dirstream.responder")
 ANSWERED_IDS = 100_000          # a replayed micro-batch republishes ids it sent moments before
+CLOSE_TIMEOUT_S = 30.0          # the longest a responder waits for its consumer to close
 SYNC_REPLY_CHUNK = 500          # DirectoryChanges per sync0 SyncReplyMessage (the spec sets no limit)
 MQ_OK = 0
 MQDS_OBJECT_TYPES = {"queue": 1, "machine": 2, "site": 3, "connected_network": 5, "enterprise": 6, "user": 7,
@@ -356,8 +358,21 @@ class OutboundRequests:
             out.extend(answers)
         return len(batch), out
 
-    def close(self) -> None:
-        self.consumer.close()
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
+        """Close the consumer (its last offsets committed, the group left), waiting at most timeout_s:
+        a consumer that saw the broker restart under it can keep its group coordinator's connection
+        down and wait for it forever (seen in the short soak: `produce simulate --respond` never
+        exited after its traffic). Returns whether it closed; if not, the next responder starts from
+        the group's offsets as committed meanwhile (every 5 s) and may answer the last few seconds'
+        requests again, as after a responder that crashed."""
+        closing = threading.Thread(target=self.consumer.close, name="responder-consumer-close", daemon=True)
+        closing.start()
+        closing.join(timeout_s)
+        if closing.is_alive():
+            log.warning("the responder's Kafka consumer did not close within %.0f s (its group coordinator does not "
+                        "answer); leaving it", timeout_s)
+            return False
+        return True
 
 
 def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: str, client: str = "confluent",

@@ -227,3 +227,23 @@ def test_the_sequence_log_holds_the_live_entries_in_order_and_stays_bounded():
             upto = rng.randrange(first, seq + 2)
             assert list(log.between(first, upto)) == sorted((s, g) for g, s in model.items() if first <= s <= upto)
     assert len(log.seqs) <= 2 * len(model) + 64
+
+
+def test_a_consumer_that_does_not_close_does_not_hold_the_responder():
+    """A consumer whose group coordinator never answers again blocks in close(): the responder
+    waits a bounded time and goes on (its command exits)."""
+    import threading
+    import time
+    from producers.responder import OutboundRequests
+    released = threading.Event()
+
+    class _Stuck:
+        def close(self):
+            released.wait(60)
+
+    requests = OutboundRequests.__new__(OutboundRequests)
+    requests.consumer = _Stuck()
+    started = time.monotonic()
+    assert requests.close(timeout_s=0.5) is False
+    assert time.monotonic() - started < 5
+    released.set()
