@@ -112,8 +112,7 @@ def cmd_simulate(args) -> int:
     pub.close()
     truth = sim.truth()
     if args.truth:
-        with open(args.truth, "w") as fh:
-            json.dump(truth, fh, indent=1, sort_keys=True)
+        write_truth(truth, args.truth)
     summary = {"published": stats.total, "per_protocol": dict(stats.per_protocol), "delivered": pub.delivered,
                "seconds": round(time.monotonic() - stats.started, 2), "rate_per_s": round(stats.rate()),
                "dead_letters_expected": len(truth["dead_letters"]), "dropped": len(truth["dropped"]),
@@ -122,6 +121,13 @@ def cmd_simulate(args) -> int:
         summary["responder"] = requests.authorities.stats
     print(json.dumps(summary))
     return EXIT_FAILED if stats.interrupted else 0
+
+
+def write_truth(truth: dict, path: str) -> None:
+    """The ground truth as compact JSON: written by the json module's C encoder (an indented dump
+    takes its pure-Python one: 4x the time, and a quarter more bytes, measured at 200,000 messages)."""
+    with open(path, "w") as fh:
+        json.dump(truth, fh, sort_keys=True, separators=(",", ":"))
 
 
 def _simulate_to_capture(sim, args) -> int:
@@ -140,8 +146,7 @@ def _simulate_to_capture(sim, args) -> int:
     truth = _renamed_messages(sim.truth(), writer.message_ids)
     truth["attacks"] = truth.get("attacks", []) + writer.attacks
     if args.truth:
-        with open(args.truth, "w") as fh:
-            json.dump(truth, fh, indent=1, sort_keys=True)
+        write_truth(truth, args.truth)
     print(json.dumps({"written": sum(counts.values()), "per_protocol": counts, "capture": args.pcap,
                       "packets": writer.packets, "tcp_sessions": len(writer.sessions),
                       "seconds": round(time.monotonic() - started, 2), "truth": args.truth}))
