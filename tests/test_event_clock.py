@@ -232,3 +232,29 @@ def test_no_live_partition_brings_a_record_older_than_one_released(broker, seed)
             begin = plan
     finally:
         reader.stop()
+
+
+def test_a_transactional_partition_is_planned_without_waiting(broker):
+    """A transactional producer's partition ends with a commit marker, not a record: the plan reads
+    past it at once (no fetch left waiting for a record that will never come), and the partition
+    still ends at the others' time, its last record being the one before the marker."""
+    import time
+    _topics(broker)
+    producer = Producer({"bootstrap.servers": broker, "transactional.id": "clock-test"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for ms in (9_600, 9_800):
+        producer.produce(CN, _envelope("mqcn", ms), b"k")
+    producer.commit_transaction(30)
+    clock = _Clock()
+    reader = _gated(broker, clock)
+    try:
+        started = time.monotonic()
+        plan = _plan(reader, {}, ReadAllAvailable())
+        assert time.monotonic() - started < 8
+        # heads 9,000 (MQDSRP, MQSD) and a marker (MQCN, whose records go on to 9,800): up to 9,000
+        assert plan == {DSRP: 10, CN: 19, SD: 4}
+        # its head is its last record, not the marker: 9,800 holds nothing back, an earlier one would
+        assert reader.arrivals.heads({(CN, 0): 23}) == {(CN, 0): T0 + 9_800}
+    finally:
+        reader.stop()

@@ -65,7 +65,7 @@ class ArrivalIndex:
 
     def release_end(self, tp: tuple[str, int], start: int, end: int, until_ms: int | None) -> int:
         """The first offset in [start, end) whose record arrives after until_ms (end: none does)."""
-        if until_ms is None or start >= end or self.arrival_or_early(tp, end - 1) <= until_ms:
+        if until_ms is None or start >= end or self.arrival_or_early(tp, self._last_record(tp, start, end)) <= until_ms:
             return end
         lo, hi = start, end - 1                 # the record at hi arrives after until_ms
         while lo < hi:
@@ -80,11 +80,12 @@ class ArrivalIndex:
         return (tp[0], tp[1], offset) in self._arrivals
 
     def heads(self, ends: dict) -> dict:
-        """The arrival time of each partition's last record (at ends[tp] - 1; None: undecodable or
-        gone), the ones not known yet read in one pass over every partition."""
+        """The arrival time of each partition's last record (at ends[tp] - 1, or just before the
+        commit marker that ends a transactional producer's partition; None: undecodable), the ones
+        not known yet read in one pass over every partition."""
         wanted = {tp: end - 1 for tp, end in ends.items()}
         self.scan({tp: (at, at + 1) for tp, at in wanted.items() if not self.known(tp, at)})
-        return {tp: self.arrival_at(tp, at) for tp, at in wanted.items()}
+        return {tp: self.arrival_at(tp, self._last_record(tp, 0, ends[tp])) for tp in wanted}
 
     def scan(self, ranges: dict) -> None:
         """Reads the records of ranges ({tp: (start, stop)}) in one pass with one client assigned to
@@ -109,6 +110,13 @@ class ArrivalIndex:
                 if offset + 1 >= left[tp][1]:
                     del left[tp]
                     consumer.incremental_unassign([TopicPartition(tp[0], tp[1])])
+            for tp, (start, stop) in list(left.items()):
+                if self._position(tp) >= stop:      # the rest were transaction markers: no records
+                    for offset in range(start, stop):
+                        if not self.known(tp, offset):
+                            self._remember(tp, offset, None)
+                    del left[tp]
+                    consumer.incremental_unassign([TopicPartition(tp[0], tp[1])])
 
     def _first_unknown(self, tp: tuple[str, int], start: int, stop: int) -> int:
         while start < stop and self.known(tp, start):
@@ -122,6 +130,14 @@ class ArrivalIndex:
             self._arrivals[(tp[0], tp[1], offset)] = arrival_ms_of(value) if value else None
         except EnvelopeError:
             self._arrivals[(tp[0], tp[1], offset)] = None
+
+    def _last_record(self, tp: tuple[str, int], start: int, end: int, markers: int = 4) -> int:
+        """The offset of the range's last record, passing over the few offsets at its end that hold
+        none (a transactional producer's commit marker ends each of its transactions)."""
+        last = end - 1
+        while last > start and end - last <= markers and self.arrival_at(tp, last) is None:
+            last -= 1
+        return last
 
     def arrival_or_early(self, tp: tuple[str, int], offset: int) -> int:
         arrival = self.arrival_at(tp, offset)
@@ -163,12 +179,17 @@ class ArrivalIndex:
         while time.monotonic() < deadline:
             msg = self.consumer.poll(0.5)
             if msg is None or msg.error() is not None:
+                if self._position(tp) > offset:
+                    return True, None           # consumed past it: no record there (transaction markers)
                 continue
             if msg.offset() >= offset:
                 self._keep_fetched(tp)
                 return True, (msg.value() if msg.offset() == offset else None)
+        return self._position(tp) > offset, None
+
+    def _position(self, tp: tuple[str, int]) -> int:
         (position,) = self.consumer.position([TopicPartition(tp[0], tp[1])])
-        return position.offset > offset, None     # consumed past it: no record there (transaction markers)
+        return position.offset
 
     def _keep_fetched(self, tp: tuple[str, int]) -> None:
         if len(self._fetched) > FETCHED_KEPT:
