@@ -95,7 +95,7 @@ def cmd_simulate(args) -> int:
               f"is injected into packet captures only: add --pcap FILE, then replay the capture", file=sys.stderr)
         return EXIT_USAGE
     settings = settings_from(args)
-    ensure_topics(settings, {t: args.partitions for t in TOPICS.values()})
+    _created_topics(settings, {t: args.partitions for t in TOPICS.values()})
     pub = publisher(args.client, settings)
     items = ((m.protocol, m.key, m.envelope) for m in sim.messages(args.count))
     requests = None
@@ -121,6 +121,15 @@ def cmd_simulate(args) -> int:
         summary["responder"] = requests.authorities.stats
     print(json.dumps(summary))
     return EXIT_FAILED if stats.interrupted else 0
+
+
+def _created_topics(settings: KafkaSettings, topics: dict[str, int]) -> None:
+    """The topics that are missing, created, and said in one line (a single broker's factor)."""
+    created = ensure_topics(settings, topics)
+    if created:
+        print(f"dirstream produce: created topic(s) {', '.join(sorted(created))} with {topics[created[0]]} partitions, "
+              f"replication factor 1 and the broker's retention (`dirstream topics` creates them as a production "
+              f"cluster needs)", file=sys.stderr)
 
 
 def write_truth(truth: dict, path: str) -> None:
@@ -183,7 +192,7 @@ def cmd_replay(args) -> int:
         topics = {TOPICS[p]: args.partitions for p in {i[0] for i in replay.items}}
         if replay.rejected:
             topics[REJECTED_TOPIC] = args.partitions
-        ensure_topics(settings, topics)
+        _created_topics(settings, topics)
         pub = publisher(args.client, settings)
         stats = publish_all(pub, in_time_order(replay.items, replay.rejected), rate=args.rate,
                             total=len(replay.items) + len(replay.rejected))
@@ -210,7 +219,7 @@ def cmd_capture(args) -> int:
     from .capture import live_capture
     from .publish import publish_envelope
     settings = settings_from(args)
-    ensure_topics(settings, {t: args.partitions for t in (*TOPICS.values(), REJECTED_TOPIC)})
+    _created_topics(settings, {t: args.partitions for t in (*TOPICS.values(), REJECTED_TOPIC)})
     pub = publisher(args.client, settings)
     reported = [0]
     rejected = [0]

@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     register(sub)
     from .run import register as register_run
     register_run(sub, add_kafka_arguments)
+    from .topics import register as register_topics
+    register_topics(sub, add_kafka_arguments)
     from .verify import register as register_verify
     register_verify(sub)
     from .history import register as register_history

@@ -313,7 +313,8 @@ def _create_missing_raw_topics(bootstrap: str, options: dict, log) -> None:
     from ..wire.topics import TOPICS
     created = ensure_topics(KafkaSettings(bootstrap, options), {t: RAW_TOPIC_PARTITIONS for t in TOPICS.values()})
     if created:
-        log.warning("raw topic(s) %s did not exist on %s: created them empty with %d partitions",
+        log.warning("raw topic(s) %s did not exist on %s: created them empty with %d partitions and replication "
+                    "factor 1 (`dirstream topics` creates them as a production cluster needs)",
                     ", ".join(sorted(created)), bootstrap, RAW_TOPIC_PARTITIONS)
 
 
