@@ -274,7 +274,11 @@ class KafkaPythonPublisher(Publisher):
         from kafka import KafkaProducer
         from kafka.errors import KafkaError
         try:
-            self.producer = KafkaProducer(**settings.kafka_python(linger_ms=20, request_timeout_ms=30_000))
+            # the same guarantees as the confluent client: idempotent (a record retried across a broker
+            # restart is written once, in order), each record retried for up to DELIVERY_TIMEOUT_MS
+            self.producer = KafkaProducer(**settings.kafka_python(
+                linger_ms=20, request_timeout_ms=30_000, enable_idempotence=True, acks="all",
+                delivery_timeout_ms=DELIVERY_TIMEOUT_MS))
         except KafkaError as exc:
             raise KafkaUnavailable(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
 

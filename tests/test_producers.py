@@ -233,3 +233,16 @@ def test_responder_answers_sync_requests_over_kafka(broker, tmp_path):
     enterprise = truth["partitions"][GUID_NULL]
     assert {c.guid_identifier for c in changes if c.command == mqdsrp.CMD_SYNC} == set(enterprise["objects"])
     assert replies[-1].sync_reply_header.to_seq_number == seq_from_hex(enterprise["last_seq_number"])
+
+
+def test_both_clients_publish_idempotently_and_retry_as_long(broker):
+    """The same guarantees whichever client publishes (docs/running.md): idempotence, acks from
+    every in-sync replica, each record retried for up to the same delivery timeout."""
+    from producers.kafka import DELIVERY_TIMEOUT_MS, KafkaPythonPublisher, KafkaSettings
+    pub = KafkaPythonPublisher(KafkaSettings(broker))
+    try:
+        config = pub.producer.config
+        assert config["enable_idempotence"] is True and config["acks"] in ("all", -1)
+        assert config["delivery_timeout_ms"] == DELIVERY_TIMEOUT_MS
+    finally:
+        pub.close(10)
