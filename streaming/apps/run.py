@@ -320,29 +320,16 @@ def _create_missing_raw_topics(bootstrap: str, options: dict, log) -> None:
 
 def _when_kafka_answers(call, bootstrap: str, stop: "StopRequests"):
     """call() once Kafka answers: a job started while its broker is down or restarting waits for it
-    as a running job's source does (kafka_offsets.BROKER_WAIT_S, the same log lines), instead of
-    failing; a stop asked for meanwhile ends the wait. Refused credentials are not waited for."""
+    as a running job's source does (kafka_offsets.patiently), instead of failing; a stop asked for
+    meanwhile ends the wait. Refused credentials are not waited for."""
     from producers.kafka import KafkaSecurityError, KafkaUnavailable
-    from ..spark.kafka_offsets import BROKER_WAIT_S, RETRY_PAUSE_S
-    log = logging.getLogger("dirstream.source")
-    started, warned_at = time.monotonic(), None
-    while True:
-        try:
-            return call()
-        except KafkaSecurityError:
-            raise
-        except KafkaUnavailable as exc:
-            if stop.requested:
-                raise StoppedWhileStarting from None
-            waited = time.monotonic() - started
-            if waited >= BROKER_WAIT_S:
-                raise RuntimeError(f"cannot reach Kafka at {bootstrap}: {exc} (the broker did not answer for "
-                                   f"{waited:.0f} s); start the broker, then run the job again: it resumes from its "
-                                   f"checkpoint") from None
-            if warned_at is None or waited - warned_at >= 30:
-                log.warning("Kafka at %s does not answer (%s); waiting up to %.0f s", bootstrap, exc, BROKER_WAIT_S)
-                warned_at = waited
-            time.sleep(RETRY_PAUSE_S)
+    from ..spark.kafka_offsets import patiently
+
+    def unless_stopped():
+        if stop.requested:
+            raise StoppedWhileStarting
+    return patiently(call, "the topics", bootstrap, KafkaUnavailable, before_retry=unless_stopped,
+                     fatal=(KafkaSecurityError,))
 
 
 def _ensure_topic(bootstrap: str, options: dict, topic: str, partitions: int = 1) -> None:

@@ -37,6 +37,32 @@ def nest(flat: dict[tuple[str, int], int]) -> TopicPartitions:
     return out
 
 
+def patiently(call, what: str, bootstrap: str, transient, wait_s: float = BROKER_WAIT_S, before_retry=None,
+              fatal: tuple = ()):
+    """call(), retried every RETRY_PAUSE_S while it raises one of `transient` (the broker does not
+    answer), for up to wait_s, logging `Kafka at … does not answer` at once and every 30 s; then a
+    SourceError saying what to do. `fatal` exceptions (a subclass of transient that retrying cannot
+    mend) pass through; before_retry() runs before each retry (and may raise to end the wait)."""
+    started, warned_at = time.monotonic(), None
+    while True:
+        try:
+            return call()
+        except fatal:
+            raise
+        except transient as exc:
+            waited = time.monotonic() - started
+            if waited >= wait_s:
+                raise SourceError(f"cannot read {what} from {bootstrap}: {exc} (the broker did not answer for "
+                                  f"{waited:.0f} s); start the broker, then run the job again: it resumes from "
+                                  f"its checkpoint") from None
+            if warned_at is None or waited - warned_at >= 30:
+                log.warning("Kafka at %s does not answer (%s); waiting up to %.0f s", bootstrap, exc, wait_s)
+                warned_at = waited
+            if before_retry is not None:
+                before_retry()
+            time.sleep(RETRY_PAUSE_S)
+
+
 class EndOffsets:
     def __init__(self, conf: dict, topics: list[str] | None = None, pattern: str | None = None,
                  broker_wait_s: float = BROKER_WAIT_S, optional: tuple[str, ...] = ()):
@@ -47,24 +73,11 @@ class EndOffsets:
         self._consumer: Consumer | None = None
 
     def _ask(self, what: str, call):
-        """call(), retried while the broker does not answer, for up to broker_wait_s."""
-        started = time.monotonic()
-        while True:
-            try:
-                return call()
-            except KafkaException as exc:
-                waited = time.monotonic() - started
-                if waited >= self.broker_wait_s:
-                    raise SourceError(f"cannot read {what} from {self.conf.get('bootstrap.servers')}: {exc} "
-                                      f"(the broker did not answer for {waited:.0f} s); start the broker, then "
-                                      f"run the job again: it resumes from its checkpoint") from None
-                if waited == 0 or int(waited) // 30 != int(waited + RETRY_PAUSE_S) // 30:
-                    log.warning("Kafka at %s does not answer (%s); waiting up to %.0f s",
-                                self.conf.get("bootstrap.servers"), exc, self.broker_wait_s)
-                # a client that saw the broker go can keep stale metadata ("Unknown partition") for
-                # minutes after it is back: ask again with a fresh one
-                self.close()
-                time.sleep(RETRY_PAUSE_S)
+        """call(), retried while the broker does not answer, for up to broker_wait_s. A client that
+        saw the broker go can keep stale metadata ("Unknown partition") for minutes after it is
+        back: each retry asks with a fresh one."""
+        return patiently(call, what, self.conf.get("bootstrap.servers"), KafkaException, self.broker_wait_s,
+                         before_retry=self.close)
 
     @property
     def consumer(self) -> Consumer:
