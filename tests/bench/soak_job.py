@@ -583,10 +583,7 @@ class Soak:
     def sink_outage(self) -> None:
         """The database stopped for --sink-outage-s once the job has committed a micro-batch (an outage
         before its first write would test nothing), then started again on its data."""
-        def committed(now: dict) -> bool:
-            return all(now.get(q, {}).get("batches") for q in QUERIES)
-        if not self.watch(self.minute() + CATCH_UP_HANG_MINUTES, "steady", committed):
-            raise RuntimeError(f"the job committed no micro-batch in {CATCH_UP_HANG_MINUTES} min")
+        self.wait_first_commit()
         self.event("sink database stopped")
         self.postgres.stop()
         self.wait_sampling(self.minute() + self.args.sink_outage_s / 60, "steady")
