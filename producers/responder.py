@@ -5,7 +5,6 @@ would send; `run_responder` is the Kafka loop around it (outbound topic in, raw 
 The authorities' state is the simulator's ground truth (its `partitions`).
 """
 import itertools
-import json
 import logging
 import threading
 import time
@@ -144,8 +143,9 @@ class Authorities:
 
     @classmethod
     def from_file(cls, path: str) -> "Authorities":
-        with open(path) as fh:
-            return cls(json.load(fh))
+        """From a truth file, reading only the two sections the authorities hold."""
+        from .truth_file import read_truth
+        return cls(read_truth(path, ("servers", "partitions")))
 
     def answer(self, envelope: dict) -> list[Answer]:
         try:

@@ -30,7 +30,7 @@ from streaming.wire.properties import Property
 from streaming.wire.propids import propid
 
 from . import enterprise as ent
-from .truth import DeliveredNotifications, LostChanges
+from .truth import DeliveredNotifications, DiscoveryOutcomes, LostChanges, TruthRecord
 from .enterprise import DeletedObject, DirObject, Enterprise, props, security_descriptor
 
 SIM_EPOCH_MS = int(datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
@@ -120,7 +120,6 @@ class Simulator:
             raise ValueError(f"unknown attack {sorted(unknown)[0]!r}: one of {', '.join(ATTACKS)}")
         self.attacks = tuple(a for a in ATTACKS if a in attacks)
         self.attack_rng = random.Random(seed * 104_729 + 3)     # its own draws: the traffic stays the same
-        self.attacked: list[dict] = []
         self._mqcn_seen = 0
         self.last_arrival_ms = 0
         self.ent = Enterprise(self.rng, sites, bscs_per_site, qms_per_site)
@@ -134,22 +133,34 @@ class Simulator:
         self.last_header_ms: dict[tuple[str, str], int] = {}
         self.acked: dict[tuple[str, str], int] = {}           # (psc, partition) -> acked seq at the authority
         self.cn_mode = {qm.name: ("v1" if self.rng.random() < v1_share else "v2") for qm in self.ent.queue_managers()}
-        self.requests: list[_Request] = []
-        self.mqsd_sent: dict[str, tuple[_Request, "_Reply | None"]] = {}     # message id -> request, reply
-        self.mqsd_delivered: list[tuple[str, int]] = []                     # (message id, arrival) in order
+        self.record = TruthRecord()                      # faults, attacks, discovery results as made
+        self.discovery = DiscoveryOutcomes(self.record)  # each request's result, settled once final
+        self._unauthenticated_awaiting: dict[str, list[dict]] = {}   # message id -> attack records
         self.mqcn_delivered = DeliveredNotifications()   # what each queue manager was told, as delivered
         self.lost_changes = LostChanges()                # changes no sync reply can bring back
         self._pending_replies: list[tuple[_Request, _Reply]] = []
-        self.dead_letters: list[dict] = []
-        self.discarded: list[dict] = []
-        self.dropped: list[str] = []
-        self.nacks: list[str] = []
-        self.duplicates: list[str] = []
         self.counts: dict[str, int] = {"mqcn": 0, "mqdsrp": 0, "mqsd": 0}
         self._out: list[SimMessage] = []
         self._request_id = 0
 
     # ================================================================== driving
+    def write_truth_to(self, writer) -> None:
+        """Write the truth out as it is made (a `TruthWriter`), before the first message: the run
+        holds none of its faults, attacks and finished discovery results. `finish_truth()` at the
+        end writes the rest and closes the file."""
+        self.record = TruthRecord(writer)
+        self.discovery.record = self.record
+
+    def keep_no_truth(self) -> None:
+        """No truth is asked for: what is made is counted, not held."""
+        self.record = TruthRecord(keep=False)
+        self.discovery.record = self.record
+
+    def finish_truth(self) -> None:
+        from .truth import write_end
+        write_end(self, self.record.writer)
+        self.record.writer.close()
+
     def stop(self) -> None:
         """End the operations phase; the quiet tail still flushes and lets timers fire."""
         self.stopped = True
@@ -162,9 +173,14 @@ class Simulator:
             self.last_arrival_ms = max(self.last_arrival_ms, msg.envelope["arrival_time"])
             if msg.protocol == "mqsd" and not msg.kind.startswith("corrupt:"):
                 # what the clients see: each copy as delivered, after the faults
-                self.mqsd_delivered.append((msg.envelope["message_id"], msg.envelope["arrival_time"]))
+                self.discovery.delivered(msg.envelope["message_id"], msg.envelope["arrival_time"])
             elif msg.protocol == "mqcn" and msg.kind not in UNAUTHENTICATED_KINDS and not msg.kind.startswith("corrupt:"):
                 self.mqcn_delivered.deliver(msg.envelope)
+            elif msg.kind == "v1:unauthenticated":          # its arrival time is final now
+                record = self._unauthenticated_awaiting[msg.envelope["message_id"]].pop(0)
+                if not self._unauthenticated_awaiting[msg.envelope["message_id"]]:
+                    del self._unauthenticated_awaiting[msg.envelope["message_id"]]
+                self._attack_found(record, msg.envelope)
             yield msg
             if not msg.kind.startswith("attack:"):
                 produced += 1
@@ -555,9 +571,9 @@ class Simulator:
         """An injected v1 notification that fails the 3.2.5.1 check: AuthenticationLevel None."""
         env = dict(msg.envelope, authentication_level="None", message_id=self._message_id())
         self._out.append(SimMessage("mqcn", msg.key, env, "v1:unauthenticated"))
-        self.discarded.append({"message_id": env["message_id"], "queue_manager": msg.key,
-                               "reason": "AuthenticationLevel None (MQCN 3.2.5.1)"})
-        self.attacked.append(self._attack_record("mqcn-unauthenticated", env, 1))   # a security finding too
+        self.record.item("discarded_notifications", {"message_id": env["message_id"], "queue_manager": msg.key,
+                                                     "reason": "AuthenticationLevel None (MQCN 3.2.5.1)"})
+        self._awaiting_delivery(self._attack_record("mqcn-unauthenticated", env, 1))   # a security finding too
 
     # ================================================================== discovery
     SCENARIOS = (("local", 0.35), ("remote_then_local", 0.2), ("remote", 0.2), ("two_remote", 0.08),
@@ -576,7 +592,7 @@ class Simulator:
         sent = self._emit("mqsd", encode("mqsd", packet), "request", source=client.ip, dest=f"10.{site}.255.255",
                           queue="udp:1801", sender_type="None", auth="None", hash_alg=None)
         req = _Request(request_id, client, self.now, scenario)
-        self.mqsd_sent[sent.envelope["message_id"]] = (req, None)
+        self.discovery.sent(sent.envelope["message_id"], req)
         local = [s for s in self.ent.directory_servers() if s.site_id == client.site_id]
         remote = [s for s in self.ent.directory_servers() if s.site_id != client.site_id]
         plan = {"local": [("local", 40)], "remote_then_local": [("remote", 30), ("local", 80)],
@@ -586,7 +602,6 @@ class Simulator:
             responder = self.rng.choice(local if where == "local" else remote)
             req.replies.append(_Reply(self.now + delay + self.rng.randint(0, 9), where, responder))
             self._pending_replies.append((req, req.replies[-1]))
-        self.requests.append(req)
 
     def _deliver_replies(self, force: bool = False) -> None:
         waiting = []
@@ -610,7 +625,7 @@ class Simulator:
         sent = self._emit("mqsd", encode("mqsd", packet), f"reply:{reply.where}", source=responder.ip,
                           dest=req.client.ip, queue="udp:1801", sender_type="None", auth="None", hash_alg=None,
                           at_ms=reply.at_ms)
-        self.mqsd_sent[sent.envelope["message_id"]] = (req, reply)
+        self.discovery.sent(sent.envelope["message_id"], req, reply)
 
     # ================================================================== faults
     def _faulty(self, stream: Iterator[SimMessage]) -> Iterator[SimMessage]:
@@ -647,22 +662,24 @@ class Simulator:
             # the draw comes first, so sparing a tail header changes no other fault decision of a seed
             if msg.protocol == "mqdsrp" and msg.kind == "ChangePropagation" and rng.random() < f.drop \
                     and msg.droppable:
-                self.dropped.append(msg.envelope["message_id"])
+                self.record.item("dropped", msg.envelope["message_id"])
                 self.lost_changes.dropped(msg.key, decode("mqdsrp", msg.envelope["body"])
                                           .change_propagation.directory_changes)
                 continue
             yield msg
             if rng.random() < f.duplicate:
-                self.duplicates.append(msg.envelope["message_id"])
+                self.record.item("duplicates", msg.envelope["message_id"])
                 copy = SimMessage(msg.protocol, msg.key, dict(msg.envelope), msg.kind)
                 if msg.kind == "v1:unauthenticated":          # it arrives twice: two findings' worth
-                    self.attacked.append(self._attack_record("mqcn-unauthenticated", copy.envelope, 1))
+                    self._awaiting_delivery(self._attack_record("mqcn-unauthenticated", copy.envelope, 1))
+                elif msg.protocol == "mqsd":
+                    self.discovery.copied(msg.envelope["message_id"])
                 yield copy
             if rng.random() < f.corrupt:
                 yield self._corrupted_copy(msg)
             if msg.protocol == "mqdsrp" and rng.random() < f.nack:
                 env = dict(msg.envelope, message_class=rng.choice(NACK_CLASSES), message_id=self._message_id())
-                self.nacks.append(env["message_id"])
+                self.record.item("nacks", env["message_id"])
                 yield SimMessage("mqdsrp", msg.key, env, f"nack:{msg.kind}")
 
     # ================================================================== attacks
@@ -697,8 +714,9 @@ class Simulator:
             elif kind == "mqcn-unauthenticated" and msg.protocol == "mqcn" and msg.kind.startswith("v1:") \
                     and msg.kind != "v1:unauthenticated" and rng.random() < UNAUTHENTICATED_RATE:
                 copy = self._attack_copy(kind, msg, authentication_level="None")
-                self.discarded.append({"message_id": copy.envelope["message_id"], "queue_manager": msg.key,
-                                       "reason": "AuthenticationLevel None (MQCN 3.2.5.1)"})
+                self.record.item("discarded_notifications", {"message_id": copy.envelope["message_id"],
+                                                             "queue_manager": msg.key,
+                                                             "reason": "AuthenticationLevel None (MQCN 3.2.5.1)"})
                 yield copy
             elif kind == "mqcn-flood" and msg.protocol == "mqcn" and msg.kind.startswith(("v1:", "v2:")) \
                     and msg.kind != "v1:unauthenticated" and self._mqcn_seen % FLOOD_EVERY == FLOOD_FIRST:
@@ -707,7 +725,7 @@ class Simulator:
     def _attack_copy(self, kind: str, msg: SimMessage, **fields) -> SimMessage:
         message_id = str(uuid.UUID(int=self.attack_rng.getrandbits(128), version=4))     # not the traffic's draws
         env = dict(msg.envelope, message_id=message_id, **fields)
-        self.attacked.append(self._attack_record(kind, env, 1))
+        self._attack_found(self._attack_record(kind, env, 1), env)
         return SimMessage(msg.protocol, msg.key, env, f"attack:{kind}")
 
     def _rogue_reply(self, msg: SimMessage) -> SimMessage:
@@ -716,7 +734,7 @@ class Simulator:
         directory server of its own sends. The clients count it as a reply (the truth's discovery
         results include it)."""
         rng = self.attack_rng
-        req, reply = self.mqsd_sent[msg.envelope["message_id"]]
+        req, reply = self.discovery.sent_as(msg.envelope["message_id"])
         packet = reply.packet
         servers = [mqsd.DirectoryServiceServerEntry(True, False, rng.choice(ROGUE_SERVERS))] \
             if packet.directory_service_server_size else None
@@ -724,15 +742,15 @@ class Simulator:
                                servers)
         copy = self._attack_copy("mqsd-rogue-reply", msg, body=encode("mqsd", rogue),
                                  source_machine=ROGUE_ADDRESS.format(rng.randint(1, 9)))
-        self.mqsd_sent[copy.envelope["message_id"]] = (req, _Reply(reply.at_ms, "rogue", reply.responder,
-                                                                   rogue.server_reply))
+        self.discovery.sent(copy.envelope["message_id"], req, _Reply(reply.at_ms, "rogue", reply.responder,
+                                                                     rogue.server_reply))
         return copy
 
     def _flood(self, msg: SimMessage) -> Iterator[SimMessage]:
         """FLOOD_COPIES copies of one notification at its arrival time (its message id: the queue
         manager discards them as duplicates, MS-MQQB 3.1.5.8.1): past any rate a directory service
         sends."""
-        self.attacked.append(self._attack_record("mqcn-flood", msg.envelope, FLOOD_COPIES))
+        self._attack_found(self._attack_record("mqcn-flood", msg.envelope, FLOOD_COPIES), msg.envelope)
         for _ in range(FLOOD_COPIES):
             yield SimMessage(msg.protocol, msg.key, dict(msg.envelope), "attack:mqcn-flood")
 
@@ -743,7 +761,17 @@ class Simulator:
             from streaming.operators.notifications import queue_manager_of
             target = queue_manager_of(env["destination_queue"]) or target
         return {"kind": kind, "source": env["source_machine"], "target": target, "message_id": env["message_id"],
-                "copies": copies, "envelope": env}      # its arrival time as delivered (after reordering)
+                "copies": copies}
+
+    def _attack_found(self, record: dict, env: dict) -> None:
+        """An attack record into the truth, with its arrival time as delivered (after reordering)."""
+        self.record.item("attacks", dict(record, arrival_ms=_ms(env["arrival_time"])))
+
+    def _awaiting_delivery(self, record: dict) -> None:
+        """An attack copy made before the reordering: its record waits for the copy's delivery (its
+        arrival time as delivered). A copy and its duplicate share a message id and a record's every
+        field but the arrival time, so they take the arrival times in delivery order."""
+        self._unauthenticated_awaiting.setdefault(record["message_id"], []).append(record)
 
     def _corrupted_copy(self, msg: SimMessage) -> SimMessage:
         from streaming.wire import WireError, decode
@@ -755,12 +783,12 @@ class Simulator:
                 decode(msg.protocol, bytes(candidate))
             except WireError as exc:
                 env = dict(msg.envelope, body=bytes(candidate), message_id=self._message_id())
-                self.dead_letters.append({"message_id": env["message_id"], "protocol": msg.protocol,
-                                          "key": msg.key, "error": str(exc)})
+                self.record.item("dead_letters", {"message_id": env["message_id"], "protocol": msg.protocol,
+                                                  "key": msg.key, "error": str(exc)})
                 return SimMessage(msg.protocol, msg.key, env, f"corrupt:{msg.kind}")
         env = dict(msg.envelope, body=b"", message_id=self._message_id())   # an empty body never decodes
-        self.dead_letters.append({"message_id": env["message_id"], "protocol": msg.protocol, "key": msg.key,
-                                  "error": "empty body"})
+        self.record.item("dead_letters", {"message_id": env["message_id"], "protocol": msg.protocol,
+                                          "key": msg.key, "error": "empty body"})
         return SimMessage(msg.protocol, msg.key, env, f"corrupt:{msg.kind}")
 
     @staticmethod
@@ -778,4 +806,8 @@ class Simulator:
     def truth(self) -> dict:
         from .truth import build_truth
         return build_truth(self)
+
+
+def _ms(value) -> int:
+    return value if isinstance(value, int) else int(value.timestamp() * 1000)
 

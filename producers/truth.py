@@ -42,29 +42,76 @@ def properties_from_json(data: dict[str, object]) -> dict[int, object]:
     return {propid(name): value_from_json(propid(name), v) for name, v in data.items()}
 
 
-def build_truth(sim) -> dict:
+def end_sections(sim):
+    """(section, value, is a mapping) of what only the run's end knows: the directory as its
+    authorities hold it, the queue managers, the servers and the run's totals."""
     e, delivered = sim.ent, sim.mqcn_delivered.views
-    return {
-        "seed": sim.seed,
-        "enterprise_id": e.enterprise_id,
-        "servers": servers_json(e),
-        "partitions": {pid: partition_json(p) for pid, p in e.partitions.items()},
-        "queue_managers": {qm.machine_id: dict(queue_manager_json(e, qm, sim.cn_mode[qm.name]),
-                                               delivered=delivered.get(qm.name, {"queues": {}, "machine": {}}))
-                           for qm in e.queue_managers()},
-        "discovery": discovery_results(sim),
-        "dead_letters": sim.dead_letters,
-        "discarded_notifications": sim.discarded,
-        "dropped": sim.dropped,
-        "unreachable": sim.lost_changes.unreachable(),
-        "set_by": sim.lost_changes.setters(),
-        "duplicates": sim.duplicates,
-        "nacks": sim.nacks,
-        "attacks": [dict({k: v for k, v in a.items() if k != "envelope"}, arrival_ms=a["envelope"]["arrival_time"])
-                    for a in sim.attacked],
-        "counts": dict(sim.counts),
-        "last_arrival_ms": sim.last_arrival_ms,      # the traffic's event-time end
-    }
+    yield "seed", sim.seed, False
+    yield "enterprise_id", e.enterprise_id, False
+    yield "servers", servers_json(e), True
+    yield "partitions", {pid: partition_json(p) for pid, p in e.partitions.items()}, True
+    yield "queue_managers", {qm.machine_id: dict(queue_manager_json(e, qm, sim.cn_mode[qm.name]),
+                                                 delivered=delivered.get(qm.name, {"queues": {}, "machine": {}}))
+                             for qm in e.queue_managers()}, True
+    yield "unreachable", sim.lost_changes.unreachable(), True
+    yield "set_by", sim.lost_changes.setters(), True
+    yield "counts", dict(sim.counts), False
+    yield "last_arrival_ms", sim.last_arrival_ms, False       # the traffic's event-time end
+
+
+def build_truth(sim) -> dict:
+    """The whole truth of a run that held it (no TruthWriter): the end's sections, the faults and
+    attacks as they were made, every discovery request's result."""
+    truth = {section: value for section, value, _mapping in end_sections(sim)}
+    truth.update(sim.record.held())
+    truth["discovery"] = dict(truth["discovery"], **sim.discovery.open_results())     # the run may go on
+    return truth
+
+
+def write_end(sim, writer) -> None:
+    """A streaming run's end: the discovery requests still open, then the end's sections."""
+    sim.discovery.settle_all()
+    for section, value, mapping in end_sections(sim):
+        if mapping:
+            for key, entry in value.items():
+                writer.entry(section, key, entry)
+        else:
+            writer.value(section, value)
+
+
+class TruthRecord:
+    """Where a run's truth goes as it is made (the faults injected, the attacks, each discovery
+    request's result once final): held for `truth()`, written out at once to a TruthWriter (a long
+    run holds none of it), or only counted (no truth asked for)."""
+
+    def __init__(self, writer=None, keep: bool = True):
+        from .truth_file import LIST_SECTIONS
+        self.writer, self.keep = writer, keep
+        self.lists: dict[str, list] = {s: [] for s in LIST_SECTIONS}
+        self.discovery: dict[str, dict] = {}
+        self.counted: dict[str, int] = dict.fromkeys(LIST_SECTIONS, 0)
+
+    def item(self, section: str, value) -> None:
+        self.counted[section] += 1
+        if self.writer is not None:
+            self.writer.item(section, value)
+        elif self.keep:
+            self.lists[section].append(value)
+
+    def result(self, request_id: str, result: dict) -> None:
+        if self.writer is not None:
+            self.writer.entry("discovery", request_id, result)
+        elif self.keep:
+            self.discovery[request_id] = result
+
+    def count(self, section: str) -> int:
+        return self.counted[section]
+
+    def held(self) -> dict:
+        if self.writer is not None or not self.keep:
+            raise RuntimeError("this run's truth was written out as it was made (or not kept): nothing is held")
+        return {"discovery": self.discovery, "discarded_notifications": self.lists["discarded_notifications"],
+                **{s: v for s, v in self.lists.items() if s != "discarded_notifications"}}
 
 
 def servers_json(e: ent.Enterprise) -> dict:
@@ -149,20 +196,66 @@ def _told(view: dict, u, said: list) -> None:
         queue["set"].update({k: [v] + said for k, v in values.items()})
 
 
-def discovery_results(sim) -> dict:
-    """Each request's result as its client saw the traffic delivered: every copy of the
-    request and of its replies at its arrival time, after the faults (reordered, duplicated); a
-    request that was never delivered has no result."""
-    copies: dict[str, list] = {}
-    for order, (message_id, arrival) in enumerate(sim.mqsd_delivered):
-        req, reply = sim.mqsd_sent[message_id]
-        copies.setdefault(req.request_id, []).append((_ms(arrival), order, reply))
-    results = {}
-    for req in sim.requests:
-        result = discovery_result(req, copies.get(req.request_id, []))
+class DiscoveryOutcomes:
+    """Each discovery request's result, as its client saw the traffic delivered (every copy of the
+    request and of its replies at its arrival time, after the faults), settled as soon as nothing
+    can change it: every reply it was planned to get sent, and every copy made of the request and
+    its replies (duplicates, rogue replies) delivered. A settled request is forgotten, so a long
+    run holds only the few requests of its last seconds. A request never delivered has no result."""
+    SETTLE_EVERY = 16               # discovery deliveries between two looks for settled requests
+
+    def __init__(self, record: TruthRecord):
+        self.record = record
+        self.by_message: dict[str, tuple] = {}      # message id -> (request, reply or None)
+        self.open: dict[str, list] = {}             # request id -> [request, copies in flight, message ids, copies]
+        self.order = 0                              # deliveries so far: ties in arrival time keep this order
+
+    def sent(self, message_id: str, req, reply=None) -> None:
+        """A message of a request's exchange made: the request itself, a reply, a rogue reply."""
+        self.by_message[message_id] = (req, reply)
+        state = self.open.setdefault(req.request_id, [req, 0, [], []])
+        state[1] += 1
+        state[2].append(message_id)
+
+    def sent_as(self, message_id: str) -> tuple:
+        return self.by_message[message_id]
+
+    def copied(self, message_id: str) -> None:
+        """A duplicate made of a message already sent."""
+        self.open[self.by_message[message_id][0].request_id][1] += 1
+
+    def delivered(self, message_id: str, arrival) -> None:
+        if self.order % self.SETTLE_EVERY == 0:
+            self._settle_done()         # before this copy counts: every copy made so far is counted
+        req, reply = self.by_message[message_id]
+        state = self.open[req.request_id]
+        state[1] -= 1
+        state[3].append((_ms(arrival), self.order, reply))
+        self.order += 1
+
+    def _settle_done(self) -> None:
+        done = [rid for rid, (req, in_flight, _ids, _copies) in self.open.items()
+                if in_flight == 0 and all(r.packet is not None for r in req.replies)]
+        for rid in done:
+            self._settle(rid)
+
+    def settle_all(self) -> None:
+        """The run's end: every open request's result from what was delivered."""
+        for rid in list(self.open):
+            self._settle(rid)
+
+    def open_results(self) -> dict[str, dict]:
+        """The open requests' results from what was delivered so far, leaving them open."""
+        results = ((rid, discovery_result(req, copies)) for rid, (req, _n, _ids, copies) in self.open.items())
+        return {rid: result for rid, result in results if result is not None}
+
+    def _settle(self, request_id: str) -> None:
+        req, _in_flight, message_ids, copies = self.open.pop(request_id)
+        for message_id in message_ids:
+            del self.by_message[message_id]
+        result = discovery_result(req, copies)
         if result is not None:
-            results[req.request_id] = result
-    return results
+            self.record.result(request_id, result)
 
 
 def _ms(value) -> int:

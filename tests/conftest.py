@@ -188,7 +188,8 @@ def simulate(bootstrap: str, tmp_path, *args) -> tuple[dict, dict]:
     truth = tmp_path / f"truth-{len(list(tmp_path.glob('truth-*')))}.json"
     done = dirstream("produce", "simulate", "--bootstrap", bootstrap, "--truth", str(truth), *args)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout), json.loads(truth.read_text())
+    from producers.truth_file import read_truth
+    return json.loads(done.stdout), read_truth(str(truth))
 
 
 # Tests that start a JVM (Spark, Kafka) or a database run one after the other on one pytest-xdist

@@ -12,6 +12,7 @@ from conftest import consume_all, dirstream, free_port, vector
 
 from infra.broker import KAFKA_VERSION
 from producers.kafka import OUTBOUND_TOPIC, TOPICS, KafkaSettings
+from producers.truth_file import read_truth
 from producers.publish import publish_envelope
 from producers.kafka import ConfluentPublisher
 from streaming.wire.envelope import decode_envelope, make_envelope
@@ -66,7 +67,7 @@ def test_simulate_then_consume_back(broker, tmp_path, client):
                      "--count", "2000", "--truth", str(truth_file), "--partitions", "3")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    truth = json.loads(truth_file.read_text())
+    truth = read_truth(str(truth_file))
     assert summary["published"] == summary["delivered"] == sum(truth["counts"].values())
     records = consume_envelopes(broker, expect=summary["per_protocol"])
     assert len(records) == summary["published"]
@@ -91,7 +92,7 @@ def test_fault_run_dead_letters_match(broker, tmp_path):
             decode(protocol, env["body"])
         except WireError:
             failing.add(env["message_id"])
-    expected = {d["message_id"] for d in json.loads(truth_file.read_text())["dead_letters"]}
+    expected = {d["message_id"] for d in read_truth(str(truth_file))["dead_letters"]}
     assert expected and failing == expected
 
 
@@ -209,7 +210,7 @@ def test_responder_answers_sync_requests_over_kafka(broker, tmp_path):
     truth_file = tmp_path / "truth.json"
     assert dirstream("produce", "simulate", "--bootstrap", broker, "--seed", "4", "--count", "1500",
                      "--truth", str(truth_file)).returncode == 0
-    truth = json.loads(truth_file.read_text())
+    truth = read_truth(str(truth_file))
     site = truth["servers"]["psc1"]["site_id"]
     purged = seq_from_hex(truth["partitions"][GUID_NULL]["purged_seq_number"])      # known: no AlreadyPurged
     request = mqdsrp.new_message(site, mqdsrp.SyncRequestMessage(GUID_NULL, 0, MAX_SEQ_NUMBER, purged, 0, 1, "psc1"))

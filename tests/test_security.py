@@ -9,6 +9,7 @@ import pytest
 
 from conftest import dirstream
 from infra.broker import EmbeddedBroker, answers, free_port
+from producers.truth_file import read_truth
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def test_replay_respond_run_and_verify_work_unchanged_on_the_secured_broker(secu
     written = dirstream("produce", "simulate", "--seed", "30", "--count", "1200", "--truth", str(truth),
                         "--pcap", str(capture), "--attack", "mqqb-malformed,dsrp-unsigned,mqcn-unauthenticated")
     assert written.returncode == 0, written.stderr[-2000:]
-    injected = [a for a in json.loads(truth.read_text())["attacks"] if a["kind"] == "mqqb-malformed"]
+    injected = [a for a in read_truth(str(truth), ("attacks",))["attacks"] if a["kind"] == "mqqb-malformed"]
     replayed = dirstream("produce", "replay", *kafka, str(capture))
     assert replayed.returncode == 0, replayed.stderr[-2000:]
     summary = json.loads(replayed.stdout)

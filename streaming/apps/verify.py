@@ -27,13 +27,23 @@ def register(sub) -> None:
     v.set_defaults(func=cmd_verify)
 
 
+# the truth's sections each check reads (a long run's truth is read a check at a time)
+CHECK_SECTIONS = {"discovery": ("discovery",), "replication": ("servers", "partitions", "unreachable", "set_by"),
+                  "notifications": ("queue_managers", "discarded_notifications"),
+                  "findings": ("attacks", "last_arrival_ms")}
+
+
 def cmd_verify(args) -> int:
-    with open(args.truth) as fh:
-        truth = json.load(fh)
-    sink = open_sink(args.sink)
+    from .verify_progress import VerifyProgress, truth_reader
+    checks = args.only or CHECKS
+    progress = VerifyProgress(checks)
+    read = truth_reader(args.truth)
+    sink = progress.watching(open_sink(args.sink))
     try:
         total = 0
-        for name in args.only or CHECKS:
+        for name in checks:
+            progress.check(name)
+            truth = read(CHECK_SECTIONS[name], progress.reading_truth)
             if name == "notifications":
                 differences, summary, stale = check_notifications(truth, sink, args.strict_authority)
             elif name == "replication":
@@ -52,9 +62,11 @@ def cmd_verify(args) -> int:
                                      "not failures):"))
                 for d in stale:
                     print(f"{name}:   {d}")
-            print(f"{name}: {summary}, {len(differences)} differences")
+            progress.done(name)
+            print(f"{name}: {summary}, {len(differences)} differences", flush=True)
             total += len(differences)
     finally:
+        progress.close()
         sink.close()
     return 1 if total else 0
 
