@@ -67,7 +67,8 @@ bench-replication: setup
 bench-codecs: setup
 	$(BIN)/python tests/bench/bench_codecs.py
 
-# The object authorities' answers at truth sizes of 100,000, 1,000,000 and 10,000,000 messages.
+# The simulator's messages per CPU second and the object authorities' answers at truth sizes of 100,000,
+# 1,000,000 and 10,000,000 messages.
 bench-producers: setup
 	$(BIN)/python tests/bench/bench_producers.py
 

@@ -56,6 +56,10 @@ def empty_value(prop_id: int):
             VT_UI4_VECTOR: []}.get(vt, 0)
 
 
+# SYNC_PROPERTIES as (PROPID, its 'undefined' value), looked up once rather than per change carried
+SYNC_ORDER = {t: [(propid(n), empty_value(propid(n))) for n in names] for t, names in SYNC_PROPERTIES.items()}
+
+
 @dataclass
 class Answer:
     key: str                   # destination machine
@@ -189,8 +193,7 @@ class Authorities:
                 continue
             if object_type == 1 and scope == 1 and props.get(propid("Q_SCOPE")) != 1:
                 continue        # 3.2.7.8: a PSC's request (Scope 0x01) gets enterprise-scope queues only
-            plist = [Property(propid(n), props.get(propid(n), empty_value(propid(n))))
-                     for n in SYNC_PROPERTIES[object_type]]
+            plist = [Property(prop_id, props.get(prop_id, empty)) for prop_id, empty in SYNC_ORDER[object_type]]
             yield mqdsrp.DirectoryChange(mqdsrp.CMD_SYNC, 1, None, guid, pid, 0, seq, purged, plist)
 
     def _sync_replies(self, authority, req, changes, to, last, purged, envelope) -> list[Answer]:

@@ -11,6 +11,13 @@ request) per second, change replies per second, and the CPU time of a whole sync
 in parts of 500 changes, each asked for in turn); then each ratio to the smallest size, beside the
 target (within 15 % for a reply; proportional to the size for a sync0).
 
+The simulator (`produce simulate`'s generation, its truth written as it goes) is measured the same
+way: a simulator whose directory is grown to what a run of that many messages holds (its own
+creation path, the objects' messages discarded: about 15 queues and 2.5 users per 1,000 messages),
+then the CPU time of its next --window messages, every fault on (the soak's settings). Beside it,
+one real run measured window by window up to --real-upto messages: the cost of the last window
+against the first (target: within 15 %).
+
 Run: make bench-producers  (or .venv/bin/python tests/bench/bench_producers.py --sizes 100000,1000000)
 """
 import argparse
@@ -72,12 +79,16 @@ def request(inner) -> dict:
                          destination_machine="psc1", destination_queue="q", sent_time=1000)
 
 
-def per_second(work, seconds: float = 2.0) -> float:
-    n, started = 0, time.process_time()
-    while time.process_time() - started < seconds:
-        work()
-        n += 1
-    return n / (time.process_time() - started)
+def per_second(work, seconds: float = 1.0, rounds: int = 3) -> float:
+    """The best of `rounds` rounds: a loaded machine's interruptions only ever slow a round down."""
+    best = 0.0
+    for _ in range(rounds):
+        n, started = 0, time.process_time()
+        while time.process_time() - started < seconds:
+            work()
+            n += 1
+        best = max(best, n / (time.process_time() - started))
+    return best
 
 
 def measure(messages: int) -> dict:
@@ -112,19 +123,93 @@ def measure(messages: int) -> dict:
                 return
             first = reply.sync_reply_header.to_seq_number
 
-    started = time.process_time()
-    sync0()
-    whole = time.process_time() - started
+    whole = float("inf")
+    for _ in range(3):                    # the best of three, as per_second
+        started = time.process_time()
+        sync0()
+        whole = min(whole, time.process_time() - started)
     return {"messages": messages, "objects": objects, "built_s": built, "sync_per_s": per_second(sync_behind),
             "change_per_s": per_second(change), "sync0_s": whole, "sync0_parts": -(-len(p.objects) // SYNC_REPLY_CHUNK)}
+
+
+QUEUES_PER_MESSAGE, USERS_PER_MESSAGE = 0.015, 0.0025     # a simulated run's directory growth (soak settings)
+
+
+def soak_simulator(seed: int = 7):
+    from producers.simulator import Faults, Simulator
+    faults = Faults(reorder=0.1, duplicate=0.05, drop=0.03, nack=0.01, corrupt=0.01, unauthenticated=0.05)
+    return Simulator(seed, faults=faults, burst_rate=0.01, op_interval_ms=(100, 500))
+
+
+def grown(messages: int, truth_path: str):
+    """A simulator past its bootstrap, its directory grown to what `messages` of traffic leave."""
+    from producers import enterprise as ent
+    from producers.truth_file import TruthWriter
+    sim = soak_simulator()
+    sim.write_truth_to(TruthWriter(truth_path))
+    stream = sim.messages()
+    for _ in range(5_000):
+        next(stream)
+    managers = sim.ent.queue_managers()
+    for n in range(int(messages * QUEUES_PER_MESSAGE)):
+        sim._create_queue(managers[n % len(managers)], f"{managers[n % len(managers)].name}\\grown{n}")
+    for n in range(int(messages * USERS_PER_MESSAGE)):
+        sim._create(ent.MQDS_USER, sim.ent.new_guid(), f"grown-user{n}", None)
+    sim._out.clear()                       # their messages are not the measured traffic
+    for key in sim.avail:
+        sim.avail[key] = []
+    return sim, stream
+
+
+def simulator_rate(messages: int, window: int) -> float:
+    """Messages per CPU second of the next `window` messages of a simulator grown to `messages`."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        sim, stream = grown(messages, f"{work}/truth.jsonl")
+        started = time.process_time()
+        for _ in range(window):
+            next(stream)
+        return window / (time.process_time() - started)
+
+
+def real_run_windows(upto: int, window: int) -> list[float]:
+    """One real run's messages per CPU second, window by window."""
+    import tempfile
+    from producers.truth_file import TruthWriter
+    rates = []
+    with tempfile.TemporaryDirectory() as work:
+        sim = soak_simulator()
+        sim.write_truth_to(TruthWriter(f"{work}/truth.jsonl"))
+        started, n = time.process_time(), 0
+        for _ in sim.messages(upto):
+            n += 1
+            if n % window == 0:
+                now = time.process_time()
+                rates.append(window / (now - started))
+                started = now
+    return rates
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100000,1000000,10000000",
                     help="truth sizes in messages, comma-separated (default 100,000, 1,000,000 and 10,000,000)")
+    ap.add_argument("--window", type=int, default=50_000, help="simulated messages measured per size (default 50,000)")
+    ap.add_argument("--real-upto", type=int, default=1_000_000,
+                    help="the real run measured window by window up to this many messages (default 1,000,000; 0: none)")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    print("the simulator, messages per CPU second at each truth size (its directory grown to that size):")
+    rates = [simulator_rate(n, args.window) for n in sizes]
+    for n, rate in zip(sizes, rates):
+        print(f"  {n:>12,} messages: {rate:>8,.0f} msg/CPU s  ({rate / rates[0]:.2f} of the smallest; target >= 0.85)")
+    if args.real_upto:
+        windows = real_run_windows(args.real_upto, args.window)
+        print(f"one real run to {args.real_upto:,} messages, msg/CPU s per {args.window:,}: "
+              + ", ".join(f"{r:,.0f}" for r in windows))
+        first, last = windows[min(1, len(windows) - 1)], windows[-1]
+        print(f"  the last window {last / first:.2f} of the second (the first holds the bootstrap; target >= 0.85)")
+    print("the authorities:")
     rows = [measure(n) for n in sizes]
     print(f"{'messages':>12} {'objects':>9} {'sync/s':>10} {'change/s':>10} {'sync0 CPU s':>12}")
     for r in rows:
