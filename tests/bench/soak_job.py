@@ -46,6 +46,10 @@ and printed, exit 1 if one fails:
   every 3 s the latest record of each raw partition is a marker; committed when the sink shows a
   micro-batch past it, polled every 0.5 s: when a dashboard could first show its rows);
 - no row dropped as late over the whole run (the operators' late_rows, restarts included);
+- the producer's CPU per 1,000 messages published in the steady phase's last 5 minutes within
+  `--producer-cost-growth` (15 %) of minutes 5-10 (its cost does not grow with its ground truth);
+- after the traffic, the job goes quiet (the authorities have answered every replica) within
+  `--quiet-within-minutes` (10) of answers;
 - after the run, `verify` is clean (and the tables equal a fresh run's with `--compare`);
 - with `--sink-outage-at`: the job said it waited for the database and that it answered again.
 
@@ -637,6 +641,11 @@ class Soak:
                                            "--truth", str(self.truth)], stdout=subprocess.DEVNULL,
                                           stderr=open(self.work / "respond.log", "w"))
         ended, quiet = self.minute(), self.wait_quiet()
+        answered = self.minute() - ended
+        self.timing(quiet and answered <= self.args.quiet_within_minutes,
+                    f"after the traffic, quiet (every replica answered, nothing new for {self.args.quiet_s:g} s) after "
+                    f"{answered:.1f} min of answers" + ("" if quiet else " (NOT quiet by then)")
+                    + f" (limit {self.args.quiet_within_minutes:g} min)")
         self.move_clock()
         quiet = self.wait_quiet() and quiet
         self.stop_responder()
@@ -737,6 +746,7 @@ class Soak:
                             f"{fmt_s(worst)} of traffic (limit {a.max_lag_s:g} s; {len(lags) - len(known)} "
                             f"sample(s) without Kafka's offsets)")
         self.judge_latency(steady)
+        self.judge_producer_cost(steady)
         if steady:
             middle, end = a.minutes / 2, steady[-1]["minute"]
             for kind in PROCESSES:
@@ -776,6 +786,21 @@ class Soak:
         restarts = len(self.job_starts) - 1
         self.verdicts.append((late == 0, f"rows dropped as late over the whole run ({restarts} stop(s) and restart(s)): "
                                          f"{late:,}" + (f" in {batches} micro-batch(es)" if late else "")))
+
+    def judge_producer_cost(self, steady: list[dict]) -> None:
+        """The producer's CPU seconds per 1,000 messages published, minutes 5-10 against the steady
+        phase's last 5 minutes (the samples' CPU over their intervals)."""
+        a = self.args
+        if not steady or steady[-1]["minute"] < 15:
+            return
+        end = steady[-1]["minute"]
+        early, late = cost_per_thousand(steady, 5, 10), cost_per_thousand(steady, end - 5, end)
+        if early is None or late is None:
+            return
+        growth = late / early - 1
+        self.timing(growth <= a.producer_cost_growth,
+                    f"producer CPU per 1,000 messages, minutes 5-10 -> the last 5: {early:.3f} -> {late:.3f} s "
+                    f"({growth:+.1%}; limit +{a.producer_cost_growth:.0%})")
 
     def judge_latency(self, steady: list[dict]) -> None:
         """End-to-end latency of the markers published in the steady phase after the warm-up, pooled;
@@ -874,6 +899,15 @@ class Soak:
             print(f"soak: samples in {self.out / 'soak.json'}, chart in {self.out / 'soak.png'}", flush=True)
         except ImportError:
             print(f"soak: samples in {self.out / 'soak.json'} (no chart: matplotlib is not installed)", flush=True)
+
+
+def cost_per_thousand(samples: list[dict], first: float, last: float) -> float | None:
+    """The producer's CPU seconds per 1,000 messages it published between two minutes of the run
+    (each sample's CPU is its share of a core since the sample before)."""
+    inside = [(before, s) for before, s in zip(samples, samples[1:]) if first < s["minute"] <= last + 0.01]
+    cpu_s = sum(s["cpu"]["producer"] / 100 * (s["minute"] - before["minute"]) * 60 for before, s in inside)
+    published = sum(s["published"] - before["published"] for before, s in inside)
+    return 1000 * cpu_s / published if published > 0 else None
 
 
 def median_near(samples: list[dict], minute: float, kind: str, key: str = "peak") -> float:
@@ -995,6 +1029,11 @@ def parse_args(argv=None):
                    help="after the traffic: the job is done when its topics have not grown for this long (default 60)")
     p.add_argument("--settle-minutes", type=float, default=20,
                    help="after the traffic: the longest the job runs on, answered, before it is stopped (default 20)")
+    p.add_argument("--quiet-within-minutes", type=float, default=10,
+                   help="after the traffic: the job must be quiet within this many minutes of answers (default 10)")
+    p.add_argument("--producer-cost-growth", type=float, default=0.15,
+                   help="the producer's CPU per 1,000 messages, the last 5 steady minutes against minutes 5-10, "
+                        "may grow by at most this fraction (default 0.15)")
     p.add_argument("--compare", action="store_true",
                    help="also run a fresh checkpoint's --once over the final Kafka content and compare every table")
     p.add_argument("--metrics-port", type=int, default=0, help="the job's Prometheus port (default 0: off)")
