@@ -10,7 +10,8 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 from producers.simulator import Simulator
 from replication_harness import arrival_ms
 from streaming.operators.notifications import Settings
-from streaming.spark import discovery_query, notification_query, replication_query, stateful
+from streaming.operators.notifications import QueueManager
+from streaming.spark import discovery_query, notification_query, replication_query
 
 
 def frames(protocol: str, key_of, count=3000, seed=4) -> dict[str, pd.DataFrame]:
@@ -31,9 +32,40 @@ def frames(protocol: str, key_of, count=3000, seed=4) -> dict[str, pd.DataFrame]
     return {k: pd.DataFrame(v) for k, v in rows.items()}
 
 
+class PoisonForTests(RuntimeError):
+    pass
+
+
 def poison(monkeypatch, *ids):
-    monkeypatch.setattr(stateful, "POISON_IDS", frozenset(ids))
-    monkeypatch.setattr(notification_query, "POISON_IDS", frozenset(ids))
+    """From now on every operator raises while it handles these messages (none: no message): the
+    step each operator takes per message is wrapped, in this process (TwsTester runs the operators
+    here), so the job's own code holds no test hook."""
+    if not hasattr(monkeypatch, "poisoned"):
+        monkeypatch.poisoned = poisoned = set()
+
+        def check(message_id) -> None:
+            if message_id in poisoned:
+                raise PoisonForTests(f"message {message_id} is poison")
+
+        receive, guarded, process = replication_query._receive, discovery_query.apply_guarded, QueueManager.process
+
+        def receive_poisoned(replica, row):
+            check(row.message_id)
+            return receive(replica, row)
+
+        def process_poisoned(qm, n, now, batch):
+            qm.current = n                  # what the operator blames, as QueueManager.process sets it
+            check(n.message_id)
+            return process(qm, n, now, batch)
+
+        def guarded_poisoned(load, items, apply):
+            return guarded(load, items, lambda work, row: (check(row.message_id), apply(work, row))[1])
+
+        monkeypatch.setattr(replication_query, "_receive", receive_poisoned)
+        monkeypatch.setattr(QueueManager, "process", process_poisoned)
+        monkeypatch.setattr(discovery_query, "apply_guarded", guarded_poisoned)
+    monkeypatch.poisoned.clear()
+    monkeypatch.poisoned.update(ids)
 
 
 def driven(processor) -> TwsTester:

@@ -16,7 +16,7 @@ from ..operators.findings import evidence
 from ..operators.server_registry import Check, check_text
 from ..wire import decode
 from .replication_query import step_frame
-from .stateful import (apply_guarded, dead_letter, ordered_rows, raise_if_poison, replace_timers,
+from .stateful import (apply_guarded, dead_letter, ordered_rows, replace_timers,
                        timer_dead_letter, typed_frame)
 
 
@@ -43,7 +43,6 @@ class DiscoveryProcessor(StatefulProcessor):
 
         def apply(work, row) -> None:
             st, out = work
-            raise_if_poison(row.message_id)
             arrival, source = int(row.arrival_ms), row.source_machine
             out += self.core.on_time(st, request_id, arrival)      # what was due before it happens first
             packet = decode("mqsd", bytes(row.body))

@@ -15,7 +15,7 @@ import pickle
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from .stateful import POISON_IDS, dead_letter, raise_if_poison, replace_timers, timer_dead_letter, typed_frame
+from .stateful import dead_letter, replace_timers, timer_dead_letter, typed_frame
 from ..operators.notification_input import DIRECTORY, ROW_FIELDS, Row, advance, split
 from ..operators.notification_rows import step_rows
 from ..operators.notifications import QMState, QueueManager, Settings
@@ -39,12 +39,7 @@ class NotificationProcessor(StatefulProcessor):
         return st, [Row(*r) for r in held]
 
     def _machine(self, key: str, st: bytes | None) -> QueueManager:
-        qm = QueueManager(pickle.loads(st) if st is not None else QMState(key), self.settings)
-        if POISON_IDS:                      # test-only: these notifications raise when processed
-            process = qm.process
-            qm.process = lambda n, now, batch: (setattr(qm, "current", n), raise_if_poison(n.message_id),
-                                                process(n, now, batch))[2]
-        return qm
+        return QueueManager(pickle.loads(st) if st is not None else QMState(key), self.settings)
 
     def handleInputRows(self, key, rows, timerValues):
         self.fired_ms = None

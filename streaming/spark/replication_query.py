@@ -16,7 +16,7 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from .stateful import (ARRIVAL_ORDER, GuardedSteps, dead_letter, raise_if_poison, replace_timers,
+from .stateful import (ARRIVAL_ORDER, GuardedSteps, dead_letter, replace_timers,
                        timer_dead_letter, typed_chunks, typed_frame)
 from ..operators.findings import evidence
 from ..operators.notification_rows import FirstArrivals
@@ -146,7 +146,6 @@ def _same_instant(a, b) -> bool:
 
 
 def _receive(r: Replica, row) -> None:
-    raise_if_poison(row.message_id)
     r.fire_timers_until(int(row.arrival_ms) - 1)       # the timers due before it fire first
     body = bytes(row.body)
     try:

@@ -1,20 +1,7 @@
 """What every stateful operator shares: its sink rows as (table_name, an Arrow IPC chunk of that
 table's typed rows), its one timer per key, and the guard that keeps one message an operator cannot
 handle from failing the micro-batch."""
-import os
 from datetime import datetime, timezone
-
-# Test-only: message ids that make every operator raise while handling them (a poison message).
-POISON_IDS = frozenset(filter(None, os.environ.get("DIRSTREAM_TEST_POISON_IDS", "").split(",")))
-
-
-class PoisonForTests(RuntimeError):
-    pass
-
-
-def raise_if_poison(message_id) -> None:
-    if message_id in POISON_IDS:
-        raise PoisonForTests(f"message {message_id} is poison (DIRSTREAM_TEST_POISON_IDS)")
 
 
 def apply_guarded(load, items: list, apply):
