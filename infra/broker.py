@@ -99,11 +99,11 @@ def fetch_jars(cache: Path | None = None) -> Path:
     return cache
 
 
-def java_binary() -> str:
+def java_binary(needed_for: str = "the embedded Kafka broker") -> str:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
-        raise BrokerError("Java (17 or later) is needed for the embedded Kafka broker and was not found: "
+        raise BrokerError(f"Java (17 or later) is needed for {needed_for} and was not found: "
                           "install it (apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
     return java
 

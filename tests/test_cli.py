@@ -66,3 +66,20 @@ def test_run_refuses_a_checkpoint_of_the_four_query_job_with_one_line_and_writes
     assert "Traceback" not in done.stdout + done.stderr
     assert not (tmp_path / "sink.db").exists()
     assert sorted(p.relative_to(checkpoint) for p in checkpoint.rglob("*")) == before
+
+
+def test_run_without_java_says_so_in_one_line_and_writes_nothing(tmp_path):
+    """Spark runs on Java: without one, `dirstream run` says what to install (not PySpark's
+    traceback about its gateway) and exits 2 before Kafka or the sink."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(Path(sys.executable).parent)          # the venv's commands, no java
+    done = subprocess.run([str(Path(sys.executable).parent / "dirstream"), "run", "--bootstrap", "127.0.0.1:1",
+                           "--checkpoint", str(tmp_path / "checkpoint"), "--sink", f"sqlite:///{tmp_path}/sink.db",
+                           "--metrics-port", "0", "--log-format", "plain"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 2
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "Java" in line]
+    assert said == ["dirstream run: Java (17 or later) is needed for Spark and was not found: install it "
+                    "(apt-get install openjdk-17-jre-headless) or set JAVA_HOME"]
+    assert "Traceback" not in done.stdout + done.stderr and not (tmp_path / "sink.db").exists()

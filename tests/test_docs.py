@@ -290,3 +290,61 @@ def test_the_readme_marks_its_quick_start_blocks_runnable():
     blocks = runnable_blocks((ROOT / "README.md").read_text())
     assert {language for language, _ in blocks} == {"sh", "sql"}, blocks
     assert any("dirstream verify" in code for _, code in blocks)
+
+
+# ---------------------------------------------------------------------------- troubleshooting
+MESSAGE_BLOCK = re.compile(r"^```message\n(.*?)^```", re.MULTILINE | re.DOTALL)
+FORMAT_SPEC = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[sdrfx]")
+
+
+def code_strings() -> list[str]:
+    """Every string the project's code can print, its variable parts as `…`: f-strings' fields and
+    %-style specifications (log lines). Adjacent literals are one string (the parser joins them)."""
+    import ast
+    out = []
+    for top in ("streaming", "producers", "infra"):
+        for path in (ROOT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.JoinedStr):
+                    out.append("".join(v.value if isinstance(v, ast.Constant) else "…" for v in node.values))
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    out.append(FORMAT_SPEC.sub("…", node.value))
+    return out
+
+
+def unquoted(lines: list[str], strings: list[str]) -> list[str]:
+    """The fixed parts of the lines (between the `…` that stand for what depends on the run) that no
+    string of the code holds: each part is a piece of a string, or a string with its fields filled
+    in (its fixed text most of the part), after the prefix of a wrapper that prints another
+    message after it (f"dirstream run: {exc}")."""
+    wrappers = sorted({s.rstrip("…") for s in strings if re.fullmatch(r"[^…]{4,30}…+", s)}, key=len, reverse=True)
+    patterns = [(len(s) - s.count("…"), re.compile(".+?".join(map(re.escape, s.split("…"))))) for s in strings
+                if "…" in s]
+    missing = []
+    for line in lines:
+        for part in (p.strip() for p in line.split("…")):
+            part = next((part[len(w):] for w in wrappers if part.startswith(w) and len(part) > len(w)), part)
+            quoted = any(part in s for s in strings)
+            shown = any(fixed >= 0.6 * len(part) and p.fullmatch(part) for fixed, p in patterns)
+            if len(part) >= 4 and not (quoted or shown):
+                missing.append(f"{part!r} (of {line!r})")
+    return missing
+
+
+def test_every_message_the_troubleshooting_page_quotes_is_in_the_code():
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    blocks = MESSAGE_BLOCK.findall(text)
+    assert len(blocks) >= 8
+    missing = unquoted([line for block in blocks for line in block.splitlines() if line.strip()], code_strings())
+    assert not missing, "quoted on docs/troubleshooting.md but in no string of the code:\n" + "\n".join(missing)
+
+
+def test_the_troubleshooting_checker_finds_a_message_the_code_does_not_print():
+    strings = code_strings()
+    assert any("did not answer for … s" in s for s in strings)           # an f-string's fixed parts
+    assert any("does not answer (…); waiting up to … s" in s for s in strings)     # a log line's
+    java = "dirstream run: Java (17 or later) is needed for Spark and was not found: install it " \
+           "(apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+    assert unquoted([java, "Kafka at … does not answer (…); waiting up to … s"], strings) == []
+    assert unquoted([java.replace("was not found", "was missing")], strings)
+    assert unquoted(["dirstream run: the broker is on holiday"], strings)

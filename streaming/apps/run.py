@@ -150,6 +150,12 @@ def _run(args, stop: "StopRequests") -> int:
         say(f"dirstream run: {earlier}")
         return 2
     try:
+        from infra.broker import BrokerError, java_binary
+        java_binary("Spark")            # PySpark's own failure is a traceback about its gateway
+    except BrokerError as exc:
+        say(f"dirstream run: {exc}")
+        return 2
+    try:
         settings_options = _kafka_options(args)
         _check_security(args.bootstrap, settings_options)
     except (ValueError, RuntimeError) as exc:     # a bad --kafka-config, or Kafka refused its settings
