@@ -83,3 +83,12 @@ def test_run_without_java_says_so_in_one_line_and_writes_nothing(tmp_path):
     assert said == ["dirstream run: Java (17 or later) is needed for Spark and was not found: install it "
                     "(apt-get install openjdk-17-jre-headless) or set JAVA_HOME"]
     assert "Traceback" not in done.stdout + done.stderr and not (tmp_path / "sink.db").exists()
+
+
+def test_verify_names_a_truth_file_it_cannot_read_in_one_line(tmp_path):
+    done = subprocess.run([str(Path(sys.executable).parent / "dirstream"), "verify", "--truth",
+                           str(tmp_path / "missing.json"), "--sink", f"sqlite:///{tmp_path}/sink.db"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == f"dirstream verify: cannot read the truth file {tmp_path / 'missing.json'}: " \
+                                  "No such file or directory"

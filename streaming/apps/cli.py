@@ -94,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(args, "bootstrap"):
         from producers.cli import run_guarded
         return run_guarded(args.func, args)
-    return args.func(args)
+    from ..sinks import SinkError
+    try:
+        return args.func(args)
+    except SinkError as exc:            # verify, history, dashboard: the database is not there
+        print(f"dirstream {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

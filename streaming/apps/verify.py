@@ -1,6 +1,7 @@
 """`dirstream verify`: compare the sink with the simulator's ground truth and print every difference."""
 import argparse
 import json
+import sys
 
 from ..operators.server_registry import DECIDE_AFTER_MS
 from ..sinks import as_bool, open_sink
@@ -37,8 +38,13 @@ def cmd_verify(args) -> int:
     from .verify_progress import VerifyProgress, truth_reader
     checks = args.only or CHECKS
     progress = VerifyProgress(checks)
-    read = truth_reader(args.truth)
     sink = progress.watching(open_sink(args.sink))
+    try:
+        read = truth_reader(args.truth)
+    except OSError as exc:
+        sink.close()
+        print(f"dirstream verify: cannot read the truth file {args.truth}: {exc.strerror}", file=sys.stderr)
+        return 2
     try:
         total = 0
         for name in checks:
