@@ -86,7 +86,20 @@ def build_parser() -> argparse.ArgumentParser:
     register_history(sub)
     from .dashboard import register as register_dashboard
     register_dashboard(sub)
+    main_file = sub.add_parser("spark-main", help="print the path of the job's spark-submit entry point",
+                               formatter_class=argparse.RawDescriptionHelpFormatter,
+                               description="Print the path of the file spark-submit runs as the job (its "
+                                           "arguments are dirstream run's; the master is spark-submit's).",
+                               epilog="example:\n  dirstream spark-main\n  spark-submit --master "
+                                      "spark://spark-master:7077 \"$(dirstream spark-main)\" --bootstrap kafka1:9092 ...")
+    main_file.set_defaults(func=cmd_spark_main)
     return parser
+
+
+def cmd_spark_main(args) -> int:
+    from . import spark_main
+    print(spark_main.__file__)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
