@@ -31,7 +31,8 @@ class DiscoveryProcessor(StatefulProcessor):
         self.core = Discovery()
 
     def _load(self) -> DiscoveryState:
-        return state_from_json(self.state.get()[0]) if self.state.exists() else DiscoveryState()
+        stored = self.state.get()  # get() is None when unset: one round trip to the JVM, not exists() then get()
+        return state_from_json(stored[0]) if stored is not None else DiscoveryState()
 
     def _save(self, st: DiscoveryState) -> None:
         self.state.update((state_to_json(st),))

@@ -33,9 +33,10 @@ class NotificationProcessor(StatefulProcessor):
 
     def _stored(self, key: str) -> tuple[bytes | None, list[Row]]:
         """The queue manager's stored state (pickled) and the rows still waiting for the watermark."""
-        if not self.state.exists():
+        stored = self.state.get()  # get() is None when unset: one round trip to the JVM, not exists() then get()
+        if stored is None:
             return None, []
-        st, held = pickle.loads(bytes(self.state.get()[0]))
+        st, held = pickle.loads(bytes(stored[0]))
         return st, [Row(*r) for r in held]
 
     def _machine(self, key: str, st: bytes | None) -> QueueManager:

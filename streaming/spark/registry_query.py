@@ -46,9 +46,10 @@ class RegistryProcessor:
         yield from out
 
     def _stored(self) -> tuple[ServerRegistry, list[Row]]:
-        if not self.state.exists():
+        stored = self.state.get()  # get() is None when unset: one round trip to the JVM, not exists() then get()
+        if stored is None:
             return ServerRegistry(configured=self.configured), []
-        raw, held = pickle.loads(bytes(self.state.get()[0]))
+        raw, held = pickle.loads(bytes(stored[0]))
         return ServerRegistry.from_bytes(raw, self.configured), [Row(*r) for r in held]
 
     def _advance(self, registry: ServerRegistry, held: list[Row], watermark_ms: int):

@@ -14,7 +14,8 @@ class RejectedPacketsProcessor(StatefulProcessor):
         self.state = handle.getValueState("rejected_packets", StructType([StructField("json", StringType())]))
 
     def handleInputRows(self, key, rows, timerValues):
-        packets = RejectedPackets.from_json(self.state.get()[0]) if self.state.exists() else RejectedPackets()
+        stored = self.state.get()  # get() is None when unset: one round trip to the JVM, not exists() then get()
+        packets = RejectedPackets.from_json(stored[0]) if stored is not None else RejectedPackets()
         for row in ordered_rows(rows):
             # the reading task decoded this record already: it is a rejected packet's
             packets.record(decode_rejected(bytes(row.body)), evidence(row.topic, row.partition, row.offset, None))

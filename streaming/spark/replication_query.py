@@ -74,7 +74,8 @@ class ReplicationProcessor(StatefulProcessor):
         self.task_arrivals = FirstArrivals()   # init runs once per task: what this task's output passes on
 
     def _replica(self, server: str) -> Replica:
-        st = state_from_bytes(bytes(self.control.get()[0])) if self.control.exists() else ServerState(server)
+        stored = self.control.get()  # get() is None when unset: one round trip to the JVM, not exists() then get()
+        st = state_from_bytes(bytes(stored[0])) if stored is not None else ServerState(server)
         return Replica(st, ObjectStore(MapStateBackend(self.objects)), self.pec_name)
 
     def handleInputRows(self, key, rows, timerValues):
