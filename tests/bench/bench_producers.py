@@ -161,15 +161,18 @@ def grown(messages: int, truth_path: str):
     return sim, stream
 
 
-def simulator_rate(messages: int, window: int) -> float:
-    """Messages per CPU second of the next `window` messages of a simulator grown to `messages`."""
+def simulator_rate(messages: int, window: int) -> tuple[float, float]:
+    """(messages per CPU second of the next `window` messages, the process's peak resident MB) of a
+    simulator grown to `messages`."""
+    import resource
     import tempfile
     with tempfile.TemporaryDirectory() as work:
         sim, stream = grown(messages, f"{work}/truth.jsonl")
         started = time.process_time()
         for _ in range(window):
             next(stream)
-        return window / (time.process_time() - started)
+        rate = window / (time.process_time() - started)
+        return rate, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def real_run_windows(upto: int, window: int) -> list[float]:
@@ -200,9 +203,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     print("the simulator, messages per CPU second at each truth size (its directory grown to that size):")
-    rates = [simulator_rate(n, args.window) for n in sizes]
-    for n, rate in zip(sizes, rates):
-        print(f"  {n:>12,} messages: {rate:>8,.0f} msg/CPU s  ({rate / rates[0]:.2f} of the smallest; target >= 0.85)")
+    measured = [simulator_rate(n, args.window) for n in sizes]
+    for n, (rate, peak_mb) in zip(sizes, measured):
+        print(f"  {n:>12,} messages: {rate:>8,.0f} msg/CPU s  ({rate / measured[0][0]:.2f} of the smallest; "
+              f"target >= 0.85); the process's peak resident memory so far {peak_mb:,.0f} MB")
     if args.real_upto:
         windows = real_run_windows(args.real_upto, args.window)
         print(f"one real run to {args.real_upto:,} messages, msg/CPU s per {args.window:,}: "
