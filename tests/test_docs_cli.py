@@ -13,7 +13,8 @@ Kafka. Rules the page follows, checked here:
   such a table documents no flags (`dirstream produce`);
 - the default column shows the parser's default, in backticks, for every option whose default is
   a value (not None, off, an empty list or suppressed);
-- every `dirstream ...` line of the page's sh blocks and of the help epilogs parses.
+- every `dirstream ...` line of the sh blocks of this page and of every other docs/*.md page (the
+  configuration and deployment pages hold examples too) and of the help epilogs parses.
 
 And, for README.md, every docs/*.md and every .py file of streaming/, producers/, tests/ and
 infra/: none cites an issue number or a path into the spec texts kept beside the checkout.
@@ -202,6 +203,9 @@ def parses(command: str) -> str:
 def test_every_example_parses():
     examples = shell_commands(RUNNING.read_text())
     assert len(examples) > 20
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        if page != RUNNING:
+            examples += shell_commands(page.read_text())
     for _, parser in parsers():
         examples += help_examples(parser.format_help())
     failures = {e: message for e in examples if (message := parses(e))}

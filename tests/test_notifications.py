@@ -623,7 +623,7 @@ def test_an_event_read_before_the_objects_first_version_takes_it_whenever_it_arr
     assert attr(qm, 1, "Q_LABEL") == "folded"
 
 
-# ---------------------------------------------------------------- health columns (docs/running.md, "Metrics and alerts")
+# ---------------------------------------------------------------- health columns (docs/monitoring.md, "Metrics")
 def _qm_row(qm):
     from streaming.operators.notification_rows import step_rows
     return next((row for table, row in step_rows(qm) if table == "queue_managers"), None)

@@ -683,7 +683,7 @@ def test_with_partial_updates_no_object_is_lost_and_the_replica_does_not_stall(s
     assert last == authority_last
 
 
-# ---------------------------------------------------------------- health fields (docs/running.md, "Metrics and alerts")
+# ---------------------------------------------------------------- health fields (docs/monitoring.md, "Metrics")
 def test_a_replica_remembers_the_highest_sequence_number_seen_and_when_it_last_advanced():
     s = Server()
     caught_up(s)

@@ -1,5 +1,5 @@
 """The job's and the directory's health as the sink tables tell it: one computation that the
-dashboard shows and the Prometheus metrics export (docs/running.md, "Metrics and alerts"), so the
+dashboard shows and the Prometheus metrics export (docs/monitoring.md, "Metrics"), so the
 two never disagree.
 
 Pure functions over rows read through a SinkReader; event times are the sink's timestamps."""

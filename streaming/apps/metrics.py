@@ -1,4 +1,4 @@
-"""Prometheus metrics of `dirstream run` (docs/running.md, "Metrics and alerts"): the job's queries
+"""Prometheus metrics of `dirstream run` (docs/monitoring.md, "Metrics"): the job's queries
 and the directory's health, served over HTTP.
 
 Every figure the dashboard also shows comes from the same sink rows through streaming/apps/health.py:

@@ -1,7 +1,6 @@
 """`dirstream topics`: create, or check, every topic the job and the producers use, as a production
 cluster wants them: the partitions, the replication factor, and retention that keeps the raw
-topics from their first record (a new checkpoint re-reads them from there: docs/running.md,
-"Upgrading")."""
+topics from their first record (a new checkpoint re-reads them from there: docs/upgrading.md)."""
 import argparse
 import sys
 

@@ -62,7 +62,7 @@ def read_columns(prefix: str, read_ms: int | None, read_seq: int | None, since_r
 
 
 def health_columns(s) -> dict:
-    """What the queue manager is waiting on (docs/running.md, "Metrics and alerts"): notifications in
+    """What the queue manager is waiting on (docs/monitoring.md, "Metrics"): notifications in
     the batching window, notifications' reads retried until the object appears (a refresh's own
     reads are not counted: each change of this count records an outcome), and when it last
     processed notifications."""

@@ -86,7 +86,7 @@ class Partition:
     change_missing_window: int = MAX_SEQ_NUMBER
     pending: list[DirectoryChange] = field(default_factory=list)
     initial_sync_sent: bool = False        # this implementation's: the 3.3.3 request went out
-    # this implementation's, for the directory's health (docs/running.md, "Metrics and alerts");
+    # this implementation's, for the directory's health (docs/monitoring.md, "Metrics");
     # they change no behaviour:
     seen_seq: int = MIN_SEQ_NUMBER         # the highest SeqNumber seen in changes and SeqNumberHeaders
     last_change_ms: int = 0                # event time LastSeqNumber last moved

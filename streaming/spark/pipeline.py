@@ -63,7 +63,7 @@ def default_shuffle_partitions(master: str) -> int:
     """The stateful operators' tasks per micro-batch when the first run of a checkpoint does not say:
     one per core in local mode (each task loads and commits its state store at every micro-batch:
     with 2 partitions instead of 4 on 2 cores the whole job in 2,000-record batches ran 1.11x
-    faster), 4 on a cluster (docs/running.md, "Running on a Spark cluster")."""
+    faster), 4 on a cluster (docs/deploying.md, "Running on a Spark cluster")."""
     if master == "local":
         return 1
     if master.startswith("local[") and master.endswith("]"):
