@@ -31,3 +31,39 @@ def test_standalone_cluster_matches_local_mode(broker, tmp_path, spark):
     a, b = _dump(local), _dump(remote)
     assert a["rows"] == b["rows"] == summary["published"]
     assert a["dead_letters"] == b["dead_letters"] and a["raw_messages_seen"] == b["raw_messages_seen"]
+
+
+def test_spark_submit_runs_the_job_from_the_built_wheel_on_the_cluster(broker, tmp_path):
+    """spark-submit with the wheel on --py-files and the job's entry point: the driver's and the
+    executors' Python have only the third-party dependencies, the master is spark-submit's."""
+    import sqlite3
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+    from test_packaging import ROOT, clean_env
+    summary, _ = simulate(broker, tmp_path, "--seed", "18", "--count", "600")
+    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    entry = tmp_path / "spark_main.py"               # what `dirstream spark-main` names in an installation
+    entry.write_bytes(zipfile.ZipFile(wheel).read("streaming/apps/spark_main.py"))
+    python = deps_only_python(tmp_path)
+    cluster = StandaloneCluster(tmp_path / "spark", free_port()).start()
+    try:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.url, "--py-files", str(wheel),
+             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=1g",
+             "--conf", f"spark.pyspark.python={python}", "--conf", f"spark.pyspark.driver.python={python}",
+             str(entry), "--bootstrap", broker, "--sink", f"sqlite:///{tmp_path}/submitted.db", "--checkpoint",
+             str(tmp_path / "ckpt"), "--once", "--pec-name", "pec0", "--metrics-port", "0", "--log-format", "plain"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=900, env=clean_env())
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        assert any((tmp_path / "spark" / "work").iterdir())            # an executor ran on the worker
+    finally:
+        cluster.stop()
+    with sqlite3.connect(tmp_path / "submitted.db") as db:
+        read = db.execute("SELECT SUM(input_rows) FROM pipeline_progress WHERE query_name = 'dirstream'").fetchone()[0]
+        assert read == summary["published"]
+        assert db.execute("SELECT COUNT(*) FROM notification_batches").fetchone()[0] > 0     # the operators ran
