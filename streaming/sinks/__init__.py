@@ -411,8 +411,8 @@ class SQLiteSink(Sink):
         if not path:
             raise SinkError(f"sqlite URL {self.url!r} names no file")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        # The four queries write one SQLite file; under a backlog one batch's transaction took longer
-        # than 30 s and the next writer failed with "database is locked" (soak): writers wait instead.
+        # The job's writer and the readers (dashboard, verify, history) share the file: a writer waits
+        # for a long transaction to end rather than failing with "database is locked".
         conn = sqlite3.connect(path, timeout=SQLITE_LOCK_WAIT_S, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")          # readers (the dashboard) watch while the job writes
         conn.execute("PRAGMA synchronous=NORMAL")

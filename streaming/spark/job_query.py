@@ -62,7 +62,7 @@ FIRST_DDL = ("route_key string, event_time timestamp, " + SINK_DDL + ", event_ms
              "destination_machine string, destination_queue string, capture string")
 _NO_INPUT = (None,) * len(ROW_FIELDS)
 # the queue manager a notification goes to: the GUID of a PRIVATE= format name (MQCN 1.9), else the
-# destination machine (as the four-query job's notification source keyed it)
+# destination machine
 _PRIVATE_QUEUE = re.compile(r"^PRIVATE=\{?([0-9a-f-]{36})", re.IGNORECASE)
 
 

@@ -20,8 +20,6 @@ DRIVER_MEMORY = "4g"
 # fixed mmap threshold (large buffers are unmapped when freed, not kept in its heap) and trims its
 # heap past 128 KiB free; pyarrow allocates from malloc instead of its mimalloc pool, which keeps
 # freed pages. A backlog's micro-batches then raise a worker's memory only while they run.
-# Measured on a 200,000-message backlog in 20,000-record batches: the workers' peak 2,244 -> 1,595 MB,
-# their median 1,618 -> 1,318 MB, the same speed (measured on the four-query job, 2026-11-25).
 PYTHON_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072",
                      "ARROW_DEFAULT_MEMORY_POOL": "system"}
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3                      # glibc's mallopt parameters (malloc.h)
@@ -30,8 +28,7 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3                      # glibc's mallo
 def driver_frees_memory() -> None:
     """The same for the driver's own Python process, which collects each micro-batch's output as
     Arrow (TableWriter, BatchWriter): started before it could take the environment variables, it
-    sets them by call. Without it a catch-up's largest batch stays in the driver's resident memory
-    (the fifth hour's driver, 496 MB catching up against a steady peak of 405)."""
+    sets them by call. Without it a catch-up's largest batch stays in the driver's resident memory."""
     import ctypes
     import pyarrow as pa
     pa.set_memory_pool(pa.system_memory_pool())
@@ -103,8 +100,8 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.adaptive.enabled", "false")          # not supported in streaming anyway
                .config("spark.sql.debug.maxToStringFields", "100")
-               # Spark's 1 GB default driver heap ran out in the soak (200,000-record batches of
-               # four queries under a backlog, local mode); --spark-conf spark.driver.memory=... overrides
+               # Spark's 1 GB default driver heap runs out under a backlog's large micro-batches in
+               # local mode; --spark-conf spark.driver.memory=... overrides
                .config("spark.driver.memory", DRIVER_MEMORY)
                # spark.driver.defaultJavaOptions given in conf replaces this (extraJavaOptions adds to it)
                .config("spark.driver.defaultJavaOptions",

@@ -53,8 +53,8 @@ def _offsets(text) -> dict[str, int]:
 class JsonProgressListener(StreamingQueryListener):
     """A listener given each progress as pyspark's StreamingQueryProgress, built from the JSON text
     the JVM makes of it in one call: pyspark's own wrapper (fromJObject) walks every map and list of
-    the progress through py4j, a round trip per element, which took about a fifth of the driver's
-    CPU with four queries in small micro-batches."""
+    the progress through py4j, a round trip per element: a large share of the driver's CPU in small
+    micro-batches (docs/benchmarks.md has the figures)."""
 
     @property
     def _jlistener(self):
