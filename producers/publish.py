@@ -69,7 +69,7 @@ def publish_all(pub: Publisher, items: Iterable, *, rate: float | None = None, d
     Progress: a bar on a terminal (of `total` when known), else a line every second."""
     stats = PublishStats()
     next_report = stats.started + 1.0
-    deadline_called = False
+    deadline_called, sent = False, 0
     bar = ProgressBar(progress, total) if progress and progress.isatty() else None
     try:
         for protocol, key, envelope in items:
@@ -78,9 +78,10 @@ def publish_all(pub: Publisher, items: Iterable, *, rate: float | None = None, d
             else:
                 publish_envelope(pub, protocol, key, envelope, topics)
             stats.per_protocol[protocol] += 1
+            sent += 1                       # not stats.total: a sum over the protocols per message
             now = time.monotonic()
             if rate:
-                ahead = stats.total / rate - (now - stats.started)
+                ahead = sent / rate - (now - stats.started)
                 if ahead > 0:
                     time.sleep(ahead)
             if duration is not None and not deadline_called and now - stats.started >= duration:
