@@ -38,7 +38,7 @@ def cmd_verify(args) -> int:
     from .verify_progress import VerifyProgress, truth_reader
     checks = args.only or CHECKS
     progress = VerifyProgress(checks)
-    sink = progress.watching(open_sink(args.sink))
+    sink = progress.watching(open_sink(args.sink, create=False))      # a reader: SELECT is enough
     try:
         read = truth_reader(args.truth)
     except OSError as exc:

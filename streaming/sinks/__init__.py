@@ -206,12 +206,14 @@ class SinkOutage:
 OUTAGE = SinkOutage()
 
 
-def open_sink(url: str) -> "Sink":
+def open_sink(url: str, create: bool = True) -> "Sink":
+    """The sink at url; create: make its tables when missing (the job's), else only read them (a
+    reader's role may hold SELECT alone)."""
     scheme = urlparse(url).scheme
     if scheme == "sqlite":
-        return SQLiteSink(url)
+        return SQLiteSink(url, create)
     if scheme in ("postgresql", "postgres"):
-        return PostgresSink(url)
+        return PostgresSink(url, create)
     raise SinkError(f"unsupported sink URL {masked(url)!r}: use sqlite:///path.db or postgresql://user@host/db")
 
 
@@ -219,11 +221,12 @@ class Sink:
     dialect = ""
     placeholder = "?"
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, create: bool = True):
         self.url = url
         self._builders: dict = {}
         self.conn = self._connect()
-        self.ensure_schema()
+        if create:
+            self.ensure_schema()
 
     # ---------------------------------------------------------------- schema
     def ensure_schema(self, tables=None) -> None:
