@@ -34,8 +34,9 @@ def test_standalone_cluster_matches_local_mode(broker, tmp_path, spark):
 
 
 def test_spark_submit_runs_the_job_from_the_built_wheel_on_the_cluster(broker, tmp_path):
-    """spark-submit with the wheel on --py-files and the job's entry point: the driver's and the
-    executors' Python have only the third-party dependencies, the master is spark-submit's."""
+    """spark-submit with the built wheel (installed where it is submitted, and on --py-files) and the
+    job's entry point: the executors' Python has only the third-party dependencies, the master is
+    spark-submit's."""
     import sqlite3
     import subprocess
     import sys
@@ -47,19 +48,29 @@ def test_spark_submit_runs_the_job_from_the_built_wheel_on_the_cluster(broker, t
                            capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("*.whl")
-    entry = tmp_path / "spark_main.py"               # what `dirstream spark-main` names in an installation
-    entry.write_bytes(zipfile.ZipFile(wheel).read("streaming/apps/spark_main.py"))
-    python = deps_only_python(tmp_path)
+    python = deps_only_python(tmp_path)              # the executors': no `streaming` importable there
+    (tmp_path / "driver").mkdir()
+    driver = deps_only_python(tmp_path / "driver")   # the submitting machine's, with the wheel installed
+    installed = subprocess.run([str(driver), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
+                               capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    entry = subprocess.run([str(driver.parent / "dirstream"), "spark-main"], capture_output=True, text=True,
+                           env=clean_env()).stdout.strip()
+    assert entry.endswith("streaming/apps/spark_main.py") and str(tmp_path / "driver") in entry
+    assert zipfile.ZipFile(wheel).read("streaming/apps/spark_main.py")
+    import pyspark
+    spark_home = str(Path(pyspark.__file__).parent)       # pyspark's own Spark, as an activated venv finds it
     cluster = StandaloneCluster(tmp_path / "spark", free_port()).start()
     try:
         done = subprocess.run(
             [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.url, "--py-files", str(wheel),
              "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=1g",
-             "--conf", f"spark.pyspark.python={python}", "--conf", f"spark.pyspark.driver.python={python}",
-             str(entry), "--bootstrap", broker, "--sink", f"sqlite:///{tmp_path}/submitted.db", "--checkpoint",
+             "--conf", f"spark.pyspark.python={python}", "--conf", f"spark.pyspark.driver.python={driver}",
+             entry, "--bootstrap", broker, "--sink", f"sqlite:///{tmp_path}/submitted.db", "--checkpoint",
              str(tmp_path / "ckpt"), "--once", "--pec-name", "pec0", "--metrics-port", "0", "--log-format", "plain"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=900, env=clean_env())
-        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+            cwd=tmp_path, capture_output=True, text=True, timeout=900,
+            env={**clean_env(), "SPARK_HOME": spark_home, "PYTHONPATH": str(wheel)})
+        assert done.returncode == 0, (done.stdout + done.stderr)[:6000]
         assert any((tmp_path / "spark" / "work").iterdir())            # an executor ran on the worker
     finally:
         cluster.stop()
