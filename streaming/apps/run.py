@@ -43,7 +43,8 @@ def register(sub, add_kafka_arguments) -> None:
     run.add_argument("--skip-data-loss", action="store_true",
                      help="skip offsets deleted before they were read (counted in pipeline_progress) instead of failing")
     topics = run.add_mutually_exclusive_group()
-    topics.add_argument("--topics", help="comma-separated topics (default: the three raw topics)")
+    topics.add_argument("--topics", help="comma-separated topics: only the raw query runs over them (default: "
+                        "the whole job, over the three raw topics and msmq.qb.rejected)")
     topics.add_argument("--topic-pattern", help="regular expression over topic names")
     run.add_argument("--pec-name", help="the PEC's machine name, as an administrator gives it (MQDSRP 3.1.3.1); "
                                         "default: learnt from the traffic")
