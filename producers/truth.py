@@ -110,8 +110,7 @@ class TruthRecord:
     def held(self) -> dict:
         if self.writer is not None or not self.keep:
             raise RuntimeError("this run's truth was written out as it was made (or not kept): nothing is held")
-        return {"discovery": self.discovery, "discarded_notifications": self.lists["discarded_notifications"],
-                **{s: v for s, v in self.lists.items() if s != "discarded_notifications"}}
+        return {"discovery": self.discovery, **self.lists}
 
 
 def servers_json(e: ent.Enterprise) -> dict:
