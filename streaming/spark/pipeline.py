@@ -97,6 +97,9 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
                # made in the background): about half of each stateful operator's commit time, measured
                .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
                .config("spark.python.worker.reuse", "true")
+               # the Python workers, and the state server each stateful task's Python side calls on
+               # every state read and write, over Unix sockets instead of loopback TCP
+               .config("spark.python.unix.domain.socket.enabled", "true")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.adaptive.enabled", "false")          # not supported in streaming anyway
                .config("spark.sql.debug.maxToStringFields", "100")

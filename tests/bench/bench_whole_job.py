@@ -104,6 +104,11 @@ class TreeMemory(threading.Thread):
             self.cpu.update(cpu)
             time.sleep(0.5)
 
+    def processes_of(self, kind: str) -> int:
+        """The processes of that kind seen over the run (every 0.5 s: a worker started and gone
+        between two looks is missed)."""
+        return sum(1 for k, _ in self.cpu.values() if k == kind)
+
     def cpu_by_kind(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for kind, seconds in self.cpu.values():
@@ -210,6 +215,8 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
                             "SUM(duration_ms) AS busy_ms, MIN(started_at) AS first, MAX(finished_at) AS last "
                             "FROM pipeline_progress GROUP BY query_name")
         objects = s.query("SELECT COUNT(*) AS n FROM directory_objects")[0]["n"] if name == "job" else 0
+        tables = {t["name"]: s.query(f'SELECT COUNT(*) AS n FROM "{t["name"]}"')[0]["n"] for t in
+                  s.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")}
     finally:
         s.close()
     first = min(_seconds(q["first"]) for q in per_query)
@@ -217,7 +224,19 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
     if profile:
         print_profile(profile)
     return {"wall_s": wall, "steady_s": last - first, "queries": per_query, "peak_rss": memory.peak,
-            "peak_by_kind": memory.peak_by_kind, "objects": objects, "cpu_s": cpu, "cpu_by_kind": memory.cpu_by_kind()}
+            "peak_by_kind": memory.peak_by_kind, "objects": objects, "cpu_s": cpu, "cpu_by_kind": memory.cpu_by_kind(),
+            "workers": memory.processes_of("Python workers"), "sink_rows": tables}
+
+
+def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
+    """Per 100,000 messages: the CPU seconds of each kind of process, the Python worker processes
+    started, and the rows the sink took, per table."""
+    per = 100_000 / total
+    print(f"{label}, per 100,000 messages: {sum(job['cpu_by_kind'].values()) * per:.0f} CPU s in the job's "
+          "processes (" + ", ".join(f"{k} {v * per:.1f}" for k, v in sorted(job["cpu_by_kind"].items()))
+          + f"; the whole machine {job['cpu_s'] * per:.0f}), {job['workers']} Python worker processes in the run; "
+          "sink rows: "
+          + ", ".join(f"{t} {n * per:,.0f}" for t, n in sorted(job["sink_rows"].items()) if n))
 
 
 def peaks_text(job: dict) -> str:
@@ -262,6 +281,8 @@ def compare_runs(bootstrap: str, workdir: Path, total: int, baseline: Path, runs
                   flush=True)
     med = {k: (statistics.median(j["steady_s"] for j in v), statistics.median(j["cpu_s"] for j in v))
            for k, v in results.items()}
+    for label, jobs in results.items():
+        where_it_goes(jobs[-1], total, f"{label} (last run)")
     print(f"current / baseline ({baseline}), medians of {runs}: steady rate {med['baseline'][0] / med['current'][0]:.2f}x"
           f", CPU seconds {med['current'][1] / med['baseline'][1]:.2f} of the baseline's")
 
@@ -377,6 +398,7 @@ def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: P
             print(f"whole job: {total / job['steady_s']:,.0f} msg/s steady ({job['steady_s']:.1f} s), "
                   f"peak resident memory (PSS) {job['peak_rss'] / 2**20:,.0f} MiB ({peaks_text(job)}); CPU seconds: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in sorted(job["cpu_by_kind"].items())))
+            where_it_goes(job, total)
             for q in job["queries"]:
                 print(f"   {q['query_name']:<24} {q['batches']:>4} batches {q['rows_in'] or 0:>10,} rows "
                       f"{(q['busy_ms'] or 0) / 1000:>7.1f} s busy")
@@ -410,6 +432,7 @@ def report(name, total, changes, raw, ceiling, plain, raw_query, job, counts: di
         print(f"   {q['query_name']:<14} {q['batches']:>4} batches {q['rows_in'] or 0:>10,} rows "
               f"{(q['busy_ms'] or 0) / 1000:>7.1f} s busy = {(q['busy_ms'] or 0) / 10 / job['steady_s']:.0f} % "
               f"of the steady time")
+    where_it_goes(job, total)
     # one query: the operators share its micro-batches, so the whole steady time bounds the
     # replication operator's busy time from above (its rate from below)
     change_rate = changes / job["steady_s"]
