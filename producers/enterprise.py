@@ -10,13 +10,10 @@ from dataclasses import dataclass, field
 
 from streaming.operators.replication import DeletedObject  # noqa: F401  (3.1.1.2.2; re-exported)
 from streaming.wire.guid import GUID_NULL
-from streaming.wire.properties import Property
+from streaming.wire.properties import (MQDS_CN, MQDS_ENTERPRISE, MQDS_MACHINE, MQDS_QUEUE,
+                                      MQDS_ROUTINGLINK, MQDS_SITE, MQDS_USER, OBJECT_TYPE_NAMES, Property)
 from streaming.wire.propids import propid
 
-# MQDS object types ([MS-MQDS] 2.2.8; MQDSRP 3.1.1.4)
-MQDS_QUEUE, MQDS_MACHINE, MQDS_SITE, MQDS_CN, MQDS_ENTERPRISE, MQDS_USER, MQDS_ROUTINGLINK = 1, 2, 3, 5, 6, 7, 8
-OBJECT_TYPE_NAMES = {MQDS_QUEUE: "queue", MQDS_MACHINE: "machine", MQDS_SITE: "site", MQDS_CN: "connected_network",
-                     MQDS_ENTERPRISE: "enterprise", MQDS_USER: "user", MQDS_ROUTINGLINK: "routing_link"}
 ENTERPRISE_TYPES = (MQDS_ENTERPRISE, MQDS_SITE, MQDS_CN, MQDS_USER, MQDS_ROUTINGLINK)
 SCOPE_SITE, SCOPE_ENTERPRISE = 0, 1
 SERVICE_NONE, SERVICE_BSC, SERVICE_PSC, SERVICE_PEC = 0x0, 0x2, 0x4, 0x8

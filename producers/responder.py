@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from streaming.wire.envelope import decode_envelope, make_envelope, millis
 from streaming.wire import WireError, decode, encode, mqdsrp
-from streaming.wire.properties import Property
+from streaming.wire.properties import OBJECT_TYPES_BY_NAME, Property
 from streaming.wire.propids import PROPIDS, propid
 from streaming.wire.propvariant import (VT_BLOB, VT_CLSID, VT_CLSID_VECTOR, VT_LPWSTR, VT_LPWSTR_VECTOR,
                                         VT_UI4_VECTOR)
@@ -28,8 +28,7 @@ ANSWERED_IDS = 100_000          # a replayed micro-batch republishes ids it sent
 CLOSE_TIMEOUT_S = 30.0          # the longest a responder waits for its consumer to close
 SYNC_REPLY_CHUNK = 500          # DirectoryChanges per sync0 SyncReplyMessage (the spec sets no limit)
 MQ_OK = 0
-MQDS_OBJECT_TYPES = {"queue": 1, "machine": 2, "site": 3, "connected_network": 5, "enterprise": 6, "user": 7,
-                     "routing_link": 8}
+MQDS_OBJECT_TYPES = OBJECT_TYPES_BY_NAME         # a truth file names each object type (producers/truth.py)
 
 # 3.2.7.8 refTable, DirectoryChangePropID column (digest §10.8): what a sync change carries, in order.
 SYNC_PROPERTIES = {

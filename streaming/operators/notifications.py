@@ -34,10 +34,9 @@ from dataclasses import dataclass, field
 from ..wire.guid import GUID_NULL
 from .findings import FLOOD_PER_MINUTE, FindingLog, evidence
 from ..wire.mqcn import ChangeNotificationMessage
-from ..wire.properties import object_type_of
+from ..wire.properties import MQDS_MACHINE, MQDS_QUEUE, object_type_of
 from ..wire.propids import PROPIDS
 
-MQDS_QUEUE, MQDS_MACHINE = 1, 2
 MINUTE = 60_000
 NOTIFY_QUEUE_NUMBER = "3"             # MQCN 1.9: NOTIFY_QUEUE_PRIVATE is private queue 3
 MESSAGE_ID_HISTORY_MS = 30 * MINUTE   # [MS-MQQB] 3.1.2.8 and note <47>: the history cleanup timeout

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from ..wire import mqdsrp
 from ..wire.guid import GUID_NULL
 from ..wire.mqdsrp import DirectoryChange
-from ..wire.properties import Property, object_type_of
+from ..wire.properties import (MQDS_CN, MQDS_ENTERPRISE, MQDS_MACHINE, MQDS_QUEUE, MQDS_ROUTINGLINK, MQDS_SITE,
+                               MQDS_USER, Property, object_type_of)
 from ..wire.propids import propid
 from ..wire.seqnum import MAX_SEQ_NUMBER, MIN_SEQ_NUMBER, add, subtract
 from .findings import FindingLog
@@ -44,9 +45,6 @@ PENDING_LIMIT = 100                  # 3.1.7.2.2
 PURGE_EVERY, PURGE_BUFFER = 256, 1024  # 3.1.7.2.3, 3.1.7.2.9
 PURGE_NORMAL, PURGE_STARTSYNC0, PURGE_SYNC0, PURGE_COMPLETESYNC0 = 0, 1, 2, 3
 PURGE_STATE_NAMES = {0: "normal", 1: "startsync0", 2: "sync0", 3: "completesync0"}
-MQDS_QUEUE, MQDS_MACHINE, MQDS_SITE, MQDS_CN, MQDS_ENTERPRISE, MQDS_USER, MQDS_ROUTINGLINK = 1, 2, 3, 5, 6, 7, 8
-OBJECT_TYPE_NAMES = {1: "queue", 2: "machine", 3: "site", 5: "connected_network", 6: "enterprise", 7: "user",
-                     8: "routing_link"}
 SERVICE_BSC = 0x2
 MQ_OK, MQ_ERROR = 0, 0xC00E0001
 # The seed names these statuses without values; the reply carries MQ_ERROR and the table the name.

@@ -15,12 +15,13 @@ from typing import NamedTuple
 
 from ..wire import encode, mqdsrp
 from ..wire.guid import GUID_NULL
+from ..wire.properties import MQDS_MACHINE, MQDS_QUEUE, OBJECT_TYPE_NAMES
 from ..wire.propids import PROPIDS, propid
 from ..wire.seqnum import seq_hex
 from .findings import BUCKET_MS
 from .server_registry import check_text, fact_text, servers_named
 from .replica_store import DirObject
-from .replication import OBJECT_TYPE_NAMES, PURGE_STATE_NAMES, Outbound, Replica
+from .replication import PURGE_STATE_NAMES, Outbound, Replica
 
 OUTBOUND_NAMESPACE = uuid.UUID("6f0c3d1e-5a8b-4c1e-9d2f-2b7e4a9c0d11")
 
@@ -73,7 +74,6 @@ def object_rows(r: Replica, touched: dict[str, DirObject | None], removed: dict[
 
 
 # The object types whose versions the MQCN operator reads (MQCN 3.2.5: queues and the queue manager).
-_MQDS_QUEUE, _MQDS_MACHINE = 1, 2
 _Q_QMID, _QM_QUOTA = propid("Q_QMID"), propid("QM_QUOTA")
 
 
@@ -102,7 +102,7 @@ def version_rows(r: Replica, versions: list, contents: list) -> list:
     version's _content, computed once by step_rows for this and history_rows."""
     rows, name = [], json.dumps(r.name)
     for (_guid, obj, _removed, at, _kind), content in zip(versions, contents):
-        if obj.object_type in (_MQDS_QUEUE, _MQDS_MACHINE):
+        if obj.object_type in (MQDS_QUEUE, MQDS_MACHINE):
             record = _published(name, content, at)
             if record is not None:
                 rows.append(("object_versions", record))
@@ -177,9 +177,9 @@ def _content_part(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None,
     fields = {"object_guid": guid, "partition_id": obj.partition_id,
               "object_type": OBJECT_TYPE_NAMES.get(obj.object_type, str(obj.object_type)), "path_name": obj.path_name,
               "seq_number": seq_hex(obj.seq_number), "properties": json.dumps(props, sort_keys=True, default=str)}
-    if obj.object_type == _MQDS_QUEUE:
+    if obj.object_type == MQDS_QUEUE:
         owner = json_value(obj.properties.get(_Q_QMID)) or None
-    elif obj.object_type == _MQDS_MACHINE:
+    elif obj.object_type == MQDS_MACHINE:
         owner = guid or None
     else:
         owner = None
@@ -188,7 +188,7 @@ def _content_part(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None,
                          "seq_number": fields["seq_number"], "deleted": deleted, "properties": props}, default=str)
     if owner is None:
         return None, "", middle[1:-1], fields
-    quota_unknown = obj.object_type == _MQDS_MACHINE and obj.properties.get(_QM_QUOTA) is None
+    quota_unknown = obj.object_type == MQDS_MACHINE and obj.properties.get(_QM_QUOTA) is None
     first_key = "" if quota_unknown else hashlib.blake2b(middle.encode(), digest_size=16).hexdigest()
     return owner, first_key, middle[1:-1], fields
 

@@ -18,6 +18,7 @@ not passed yet waits in the state.
 import json
 from dataclasses import dataclass
 
+from ..wire.properties import MQDS_ENTERPRISE, MQDS_MACHINE, MQDS_SITE
 from ..wire.propids import propid
 from .findings import BUCKET_MS, FindingLog
 
@@ -25,7 +26,6 @@ DECIDE_AFTER_MS = 120_000
 FACT, CHECK = "server", "check"             # the two kinds of input row
 SERVICE_BITS = 0x2 | 0x4 | 0x8              # PROPID_QM_SERVICE: BSC, PSC, PEC (MS-MQMQ 2.3.2.9)
 IP_ADDRESS_TYPE = 1                         # TA_ADDRESS AddressType (MS-MQMQ 2.2.4)
-MQDS_MACHINE, MQDS_SITE, MQDS_ENTERPRISE = 2, 3, 6
 QM_SERVICE, QM_PATHNAME, QM_ADDRESS = propid("QM_SERVICE"), propid("QM_PATHNAME"), propid("QM_ADDRESS")
 S_PSC, E_PECNAME = propid("S_PSC"), propid("E_PECNAME")
 

@@ -31,6 +31,14 @@ class Property:
         return {"prop_id": self.prop_id, "name": self.name, "vt": VT_NAMES[self.vt], "value": value}
 
 
+# MQDS object types (MS-MQDS 2.2.8, MS-MQMQ 2.3.13.4): the DWORD a directory change and a property
+# range name; 4 is MQDS_DELETEDOBJECT, which no object of the directory has
+MQDS_QUEUE, MQDS_MACHINE, MQDS_SITE, MQDS_CN, MQDS_ENTERPRISE, MQDS_USER, MQDS_ROUTINGLINK = 1, 2, 3, 5, 6, 7, 8
+OBJECT_TYPE_NAMES = {MQDS_QUEUE: "queue", MQDS_MACHINE: "machine", MQDS_SITE: "site", MQDS_CN: "connected_network",
+                     MQDS_ENTERPRISE: "enterprise", MQDS_USER: "user", MQDS_ROUTINGLINK: "routing_link"}
+OBJECT_TYPES_BY_NAME = {name: t for t, name in OBJECT_TYPE_NAMES.items()}
+
+
 def object_type_of(prop_id: int) -> int:
     """MQDSRP 3.1.1.4 / MQCN 3.2.5.1: (propID - 1000) / 100 above 1000, else propID / 100."""
     return (prop_id - 1000) // 100 if prop_id > 1000 else prop_id // 100
