@@ -28,7 +28,6 @@ ANSWERED_IDS = 100_000          # a replayed micro-batch republishes ids it sent
 CLOSE_TIMEOUT_S = 30.0          # the longest a responder waits for its consumer to close
 SYNC_REPLY_CHUNK = 500          # DirectoryChanges per sync0 SyncReplyMessage (the spec sets no limit)
 MQ_OK = 0
-MQDS_OBJECT_TYPES = OBJECT_TYPES_BY_NAME         # a truth file names each object type (producers/truth.py)
 
 # 3.2.7.8 refTable, DirectoryChangePropID column (digest §10.8): what a sync change carries, in order.
 SYNC_PROPERTIES = {
@@ -117,10 +116,10 @@ class TruthPartition(HeldPartition):
         for seq, guid in self.log.between(first, last):
             obj = self.data["objects"].get(guid)
             if obj is not None:
-                yield seq, guid, MQDS_OBJECT_TYPES[obj["object_type"]], properties_from_json(obj["properties"]), None
+                yield seq, guid, OBJECT_TYPES_BY_NAME[obj["object_type"]], properties_from_json(obj["properties"]), None
             else:
                 d = self.deleted[guid]
-                yield seq, guid, MQDS_OBJECT_TYPES[d["object_type"]], None, d["scope"]
+                yield seq, guid, OBJECT_TYPES_BY_NAME[d["object_type"]], None, d["scope"]
 
 
 class TruthPartitions(dict):

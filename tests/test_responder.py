@@ -163,13 +163,14 @@ def test_answers_between_the_traffic_keep_every_mqdsrp_partition_in_arrival_orde
 def _scanned(pid: str, part: dict, first: int, last: int, purged: int, scope: int) -> list:
     """The reference: every object and deletion of the partition looked at, kept if its sequence
     number is within [first, last], sorted (what an answer carries, found the slow way)."""
-    from producers.responder import MQDS_OBJECT_TYPES, SYNC_PROPERTIES, empty_value
+    from producers.responder import SYNC_PROPERTIES, empty_value
+    from streaming.wire.properties import OBJECT_TYPES_BY_NAME
     from producers.truth import properties_from_json
     from streaming.wire.properties import Property
     from streaming.wire.propids import propid
     changes = []
     for guid, obj in part["objects"].items():
-        seq, object_type = seq_from_hex(obj["seq_number"]), MQDS_OBJECT_TYPES[obj["object_type"]]
+        seq, object_type = seq_from_hex(obj["seq_number"]), OBJECT_TYPES_BY_NAME[obj["object_type"]]
         props = properties_from_json(obj["properties"])
         if not first <= seq <= last or (object_type == 1 and scope == 1 and props.get(propid("Q_SCOPE")) != 1):
             continue
@@ -179,7 +180,7 @@ def _scanned(pid: str, part: dict, first: int, last: int, purged: int, scope: in
         seq = seq_from_hex(d["seq_number"])
         if first <= seq <= last:
             changes.append(mqdsrp.DirectoryChange(mqdsrp.CMD_DELETE, 1, None, d["identifier"], pid, 0, seq, purged, [
-                Property(propid("D_SCOPE"), d["scope"]), Property(propid("D_OBJTYPE"), MQDS_OBJECT_TYPES[d["object_type"]])]))
+                Property(propid("D_SCOPE"), d["scope"]), Property(propid("D_OBJTYPE"), OBJECT_TYPES_BY_NAME[d["object_type"]])]))
     return sorted(changes, key=lambda c: c.seq_number)
 
 

@@ -230,7 +230,7 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
 
 def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
     """Per 100,000 messages: the CPU seconds of each kind of process, the Python worker processes
-    started, and the rows the sink took, per table."""
+    seen over the run, and the rows the sink took, per table."""
     per = 100_000 / total
     print(f"{label}, per 100,000 messages: {sum(job['cpu_by_kind'].values()) * per:.0f} CPU s in the job's "
           "processes (" + ", ".join(f"{k} {v * per:.1f}" for k, v in sorted(job["cpu_by_kind"].items()))
