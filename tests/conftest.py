@@ -192,14 +192,31 @@ def simulate(bootstrap: str, tmp_path, *args) -> tuple[dict, dict]:
     return json.loads(done.stdout), read_truth(str(truth))
 
 
-# Tests that start a JVM (Spark, Kafka) or a database run one after the other on one pytest-xdist
-# worker (`make test` runs two, --dist loadgroup): two Spark jobs never share the machine's cores
-# and memory at once, while the pure-Python tests run beside them on the other worker.
-SERIAL_FIXTURES = {"spark", "kafka_broker", "broker", "secured", "postgres_server", "pg_url", "own_postgres"}
-SERIAL_MODULES = {"test_soak.py", "test_distributed.py"}      # they start their own broker and job
+# Tests that start a Spark job (in the session's SparkSession, or `dirstream run`, spark-submit and the
+# soak as processes) run one after the other on one pytest-xdist worker (`make test` runs two,
+# --dist loadgroup): two Spark jobs never share the machine's cores and memory at once. The tests
+# that need only a broker or a database (the modules below: producers, captures, topics, the sinks'
+# own tests) run one after the other in a second group, beside the Spark tests, as the pure-Python
+# tests do; that worker starts its own broker and database. A test that starts Spark belongs in a
+# module outside SPARK_FREE_MODULES.
+SERVICE_FIXTURES = {"spark", "kafka_broker", "broker", "secured", "postgres_server", "pg_url", "own_postgres"}
+SPARK_MODULES = {"test_soak.py", "test_distributed.py"}      # they start their own broker and job
+SPARK_FREE_MODULES = {"test_capture.py", "test_clock.py", "test_console.py", "test_docs.py", "test_producers.py",
+                      "test_sink_outage.py", "test_topics.py", "test_typed_rows.py"}
+
+
+def serial_group(item) -> str | None:
+    """The xdist group an item runs in: "spark", "services" or none (any worker, in parallel)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "spark" in fixtures or item.path.name in SPARK_MODULES:
+        return "spark"
+    if SERVICE_FIXTURES & fixtures:
+        return "services" if item.path.name in SPARK_FREE_MODULES else "spark"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())) or item.path.name in SERIAL_MODULES:
-            item.add_marker(pytest.mark.xdist_group("jvm"))
+        group = serial_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
