@@ -141,11 +141,20 @@ def dirstream(*args, timeout: float = 300, **kwargs):
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """One SparkSession for the whole test session (2 local cores)."""
+def operator_counts(tmp_path_factory) -> Path:
+    """The folder where the session's Spark workers count what the job's operators do
+    (streaming/spark/operator_counts.py): on in every test that uses the session's SparkSession."""
+    return tmp_path_factory.mktemp("operator-counts")
+
+
+@pytest.fixture(scope="session")
+def spark(operator_counts):
+    """One SparkSession for the whole test session (2 local cores), counting its operators' work."""
+    from streaming.spark.operator_counts import COUNTS_ENV
     from streaming.spark.pipeline import build_spark
     session = build_spark("local[2]", conf={"spark.sql.shuffle.partitions": "2",
-                                             "spark.driver.memory": "2g"})
+                                             "spark.driver.memory": "2g",
+                                             f"spark.executorEnv.{COUNTS_ENV}": str(operator_counts)})
     yield session
     session.stop()
 

@@ -62,6 +62,34 @@ def test_simulated_run_counts_every_message_once(spark, broker, tmp_path, backen
         totals["rows"], totals["seen"], len(totals["dead_letters"]))
 
 
+def test_the_operator_counts_follow_every_row_across_the_seam_and_count_the_state_calls(spark, broker, tmp_path,
+                                                                                          operator_counts):
+    """What bench_whole_job prints: the session's workers count (the spark fixture turns it on)."""
+    from job_runs import once_in_session
+    from streaming.spark.operator_counts import read_counts
+    summary, _truth = simulate(broker, tmp_path, "--seed", "3", "--count", "1500")
+    for old in operator_counts.iterdir():
+        old.unlink()
+    once_in_session(spark, broker, f"sqlite:///{tmp_path}/sink.db", tmp_path / "ckpt")
+    counts = read_counts(str(operator_counts))
+    assert set(counts) == {"first operator", "second operator"}, counts
+    first, second = counts["first operator"], counts["second operator"]
+    # every record read reaches the first operator, with one summary row per reading task (a few)
+    assert summary["published"] < first["rows in"] < summary["published"] + 200, (first, summary)
+    assert first["rows out"] == second["rows in"] > 0          # every row it yields crosses to the second
+    assert first["keys"] >= 4 and second["keys"] >= 2            # replicas, requests, senders; queue managers
+    for c in (first, second):
+        calls = c["calls"]
+        assert calls["ValueStateClient.get"] >= 1 and calls["StatefulProcessorApiClient.set_implicit_key"] >= c["keys"]
+        assert sum(calls.values()) > 2 * c["keys"]
+
+
+def test_nothing_is_counted_unless_asked(monkeypatch):
+    from streaming.spark.operator_counts import COUNTS_ENV, start_counting
+    monkeypatch.delenv(COUNTS_ENV, raising=False)
+    assert start_counting("first operator", object(), object()) is None
+
+
 def _publish_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
     pub = ConfluentPublisher(KafkaSettings(bootstrap, {"message.max.bytes": "20000000"}))
     for i, v in enumerate(values):

@@ -40,6 +40,7 @@ from .decode import FINDING, PASS_ON, REPLICA, REQUEST
 from .discovery_query import DiscoveryProcessor
 from .rejected_query import RejectedPacketsProcessor
 from .notification_query import NotificationProcessor
+from .operator_counts import start_counting
 from . import RECORDS_PER_TASK
 from .pipeline import BatchWriter, _start, checkpoint_query_id
 from .stateful import batch_rows
@@ -90,6 +91,7 @@ class DirectoryProcessor(StatefulProcessor):
         self.requests.init(handle)
         self.rejected.init(handle)
         self.seq = itertools.count()        # this task's sink rows, in the order they were written
+        self.counts = start_counting("first operator", self, handle)
 
     def handleInputRows(self, key, rows, timerValues):
         origin = key[0]
@@ -143,7 +145,8 @@ class DirectoryProcessor(StatefulProcessor):
                 yield pd.DataFrame(rows, columns=list(FIRST_COLUMNS), dtype=object)
 
     def close(self) -> None:
-        pass
+        if self.counts is not None:
+            self.counts.flush()
 
 
 class QueueManagerProcessor(StatefulProcessor):
@@ -157,6 +160,7 @@ class QueueManagerProcessor(StatefulProcessor):
         self.queue_managers.init(handle)
         self.registry.init(handle, self.queue_managers.state)     # its own key, the same value state
         self.seq = itertools.count()
+        self.counts = start_counting("second operator", self, handle)
 
     def _inner(self, key: str):
         return self.registry if key == SERVERS else self.queue_managers
@@ -178,7 +182,8 @@ class QueueManagerProcessor(StatefulProcessor):
                              "table_name": frame["table_name"].tolist(), "rows": frame["rows"].tolist()})
 
     def close(self) -> None:
-        pass
+        if self.counts is not None:
+            self.counts.flush()
 
 
 def job_stream(spark, opts: dict, settings, pec_name: str | None = None, id_scope: str = ""):

@@ -39,6 +39,7 @@ from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics  # 
 from producers.publish import publish_envelope  # noqa: E402
 from producers.simulator import Faults, Simulator  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
+from streaming.spark.operator_counts import COUNTS_ENV, read_counts  # noqa: E402
 
 MIXES = {"default": (20, 120), "replication-heavy": (100, 500)}
 # The whole job against the plain pipeline and the raw query, the replication operator's
@@ -190,7 +191,10 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
     worker go (raw format), then summarised. code: run the project's code from that folder (another
     revision's checkout) instead of this one."""
     sink = f"sqlite:///{workdir}/{name}.db"
-    env = {**os.environ, "PYTHONPATH": str(code)} if code else None
+    counts = workdir / f"counts-{name}"     # what the operators did (streaming/spark/operator_counts.py)
+    shutil.rmtree(counts, ignore_errors=True)
+    counts.mkdir()
+    env = {**os.environ, COUNTS_ENV: str(counts), **({"PYTHONPATH": str(code)} if code else {})}
     started, cpu_before = time.perf_counter(), _busy_cpu_s()
     spy = ([shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses",
             "--nonblocking", "--rate", "50", "--format", "raw", "--output", str(profile), "--"] if profile else [])
@@ -225,7 +229,8 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
         print_profile(profile)
     return {"wall_s": wall, "steady_s": last - first, "queries": per_query, "peak_rss": memory.peak,
             "peak_by_kind": memory.peak_by_kind, "objects": objects, "cpu_s": cpu, "cpu_by_kind": memory.cpu_by_kind(),
-            "workers": memory.processes_of("Python workers"), "sink_rows": tables}
+            "workers": memory.processes_of("Python workers"), "sink_rows": tables,
+            "operators": read_counts(str(counts))}
 
 
 def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
@@ -237,6 +242,14 @@ def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
           + f"; the whole machine {job['cpu_s'] * per:.0f}), {job['workers']} Python worker processes in the run; "
           "sink rows: "
           + ", ".join(f"{t} {n * per:,.0f}" for t, n in sorted(job["sink_rows"].items()) if n))
+    if not job["operators"]:
+        print(f"{label}: no operator counts (a revision without streaming/spark/operator_counts.py)")
+    for operator, c in sorted(job["operators"].items()):
+        calls = c["calls"]
+        print(f"{label}, {operator}, per 100,000 messages: {sum(calls.values()) * per:,.0f} state-server round "
+              f"trips (" + ", ".join(f"{k} {n * per:,.0f}" for k, n in calls.most_common()) + "); "
+              + ", ".join(f"{figure} {c.get(figure, 0) * per:,.0f}" for figure in
+                          ("keys", "timers fired", "rows in", "rows out", "frames out")) + f"; {c['tasks']} tasks")
 
 
 def peaks_text(job: dict) -> str:

@@ -1,0 +1,94 @@
+"""What the job's stateful operators did, counted for the benchmark: every round trip to the JVM's
+state server (by the pyspark function that made it), the keys and timers handled, and the rows
+that came in and went out. Off unless DIRSTREAM_OPERATOR_COUNTS names a folder; each Python worker
+then appends one JSON line per operator and task to <folder>/<pid>.jsonl when the task ends.
+
+Counting wraps the task's StatefulProcessorApiClient._send_proto_message (every state call, timer
+call and implicit-key change pyspark makes sends exactly one message and waits for its answer),
+so it counts Spark's own calls (setting the key, listing expired timers) beside the operators'."""
+import json
+import os
+import sys
+from collections import Counter
+
+COUNTS_ENV = "DIRSTREAM_OPERATOR_COUNTS"
+
+
+def counting_folder() -> str | None:
+    return os.environ.get(COUNTS_ENV) or None
+
+
+class OperatorCounts:
+    """The counts of one operator in one task; written by flush()."""
+
+    def __init__(self, operator: str, handle, folder: str):
+        self.operator, self.folder = operator, folder
+        self.calls: Counter = Counter()
+        self.figures: Counter = Counter()
+        client = handle._statefulProcessorApiClient
+        send = client._send_proto_message
+
+        def counted(message: bytes) -> None:
+            self.calls[sys._getframe(1).f_code.co_qualname] += 1
+            send(message)
+        client._send_proto_message = counted
+
+    def wrap(self, processor) -> None:
+        """Counts the processor's keys, timers and rows: its two handlers replaced on the instance."""
+        cls = type(processor)               # the class's: a processor initialised again is wrapped once
+        rows_handler = cls.handleInputRows.__get__(processor)
+        timer_handler = cls.handleExpiredTimer.__get__(processor)
+
+        def handle_input_rows(key, rows, timerValues):          # noqa: N803 -- Spark passes them by name
+            self.figures["keys"] += 1
+            yield from self._out(rows_handler(key, self._counted_in(rows), timerValues))
+
+        def handle_expired_timer(key, timerValues, expiredTimerInfo):     # noqa: N803
+            self.figures["timers fired"] += 1
+            yield from self._out(timer_handler(key, timerValues, expiredTimerInfo))
+        processor.handleInputRows, processor.handleExpiredTimer = handle_input_rows, handle_expired_timer
+
+    def _counted_in(self, frames):
+        for frame in frames:
+            self.figures["rows in"] += len(frame)
+            yield frame
+
+    def _out(self, frames):
+        for frame in frames:
+            self.figures["rows out"] += len(frame)
+            self.figures["frames out"] += 1
+            yield frame
+
+    def flush(self) -> None:
+        line = {"operator": self.operator, "pid": os.getpid(), "calls": dict(self.calls), **self.figures}
+        with open(os.path.join(self.folder, f"{os.getpid()}.jsonl"), "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+        self.calls.clear()
+        self.figures.clear()
+
+
+def start_counting(operator: str, processor, handle) -> OperatorCounts | None:
+    """In a processor's init: counts it if the benchmark asked for counts (else None, and nothing
+    is wrapped)."""
+    folder = counting_folder()
+    if folder is None:
+        return None
+    counts = OperatorCounts(operator, handle, folder)
+    counts.wrap(processor)
+    return counts
+
+
+def read_counts(folder: str) -> dict[str, dict]:
+    """Every worker's lines summed by operator: {operator: {"calls": Counter, figure: n}}."""
+    out: dict[str, dict] = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+        with open(os.path.join(folder, name)) as fh:
+            for text in fh:
+                line = json.loads(text)
+                mine = out.setdefault(line.pop("operator"), {"calls": Counter(), "tasks": 0})
+                line.pop("pid")
+                mine["calls"].update(line.pop("calls"))
+                mine["tasks"] += 1
+                for figure, n in line.items():
+                    mine[figure] = mine.get(figure, 0) + n
+    return out
