@@ -187,6 +187,42 @@ def test_notification_input_rows_are_the_frames_rows_alike_however_they_are_chun
         assert pickle.dumps(got) == pickle.dumps(input_rows(iter([whole])))
 
 
+def test_a_steps_versions_cross_to_each_queue_manager_in_one_row_and_arrive_as_their_own_rows():
+    """The first operator packs a step's directory versions for one queue manager in one row; the
+    queue manager's input unpacks them into exactly the DIRECTORY rows one row per version gave
+    (pickled alike: the held rows of its state do not change), in order, beside the other rows."""
+    import pickle
+    import pandas as pd
+    from streaming.operators.notification_input import DIRECTORY, DIRECTORY_VERSIONS, Row
+    from streaming.spark.job_query import FIRST_COLUMNS, ROW_FIELDS, DirectoryProcessor
+    from streaming.spark.notification_query import input_rows
+    from streaming.spark.replication_query import step_frame
+    for seed in range(30):
+        rng = random.Random(seed)
+        versions = [type("V", (), {"owner": rng.choice(["qm1", "qm2", "qm3"]), "event_ms": 1_767_225_600_000 +
+                                   rng.randrange(50), "text": rng.choice(["", "{}", '{"a": "\u00e9"}']) * rng.randrange(3)})
+                    for _ in range(rng.randrange(1, 40))]
+        registry = [{"event_ms": 1_767_225_600_000, "text": "r"}] * rng.randrange(3)
+        out = step_frame([("dead_letters", _dead_letter(1, rng))] * rng.randrange(2), versions, registry)
+        processor = DirectoryProcessor()
+        processor.seq = iter(range(10**6))
+        frame = processor._frame("R|ds1", out)
+        packed = frame[frame["kind"] == DIRECTORY_VERSIONS]
+        assert sorted(packed["route_key"]) == sorted({v.owner for v in versions})   # one row per queue manager
+        assert list(frame.columns) == list(FIRST_COLUMNS)
+        for owner in {v.owner for v in versions}:
+            mine = frame[frame["route_key"] == owner][list(ROW_FIELDS)]
+            got = input_rows(iter([mine.reset_index(drop=True)]))
+            expected = [Row(v.event_ms, DIRECTORY, None, None, None, v.text.encode(), None, None, None, None, None, None)
+                        for v in versions if v.owner == owner]
+            assert got == expected and pickle.dumps([tuple(r) for r in got]) == pickle.dumps([tuple(r) for r in expected])
+        # a frame mixing packed rows with notifications keeps each in its place
+        mixed = pd.concat([frame[frame["route_key"] == versions[0].owner][list(ROW_FIELDS)],
+                           pd.DataFrame([dict.fromkeys(ROW_FIELDS) | {"event_ms": 5, "kind": "mqcn", "body": b"x"}])])
+        rows = input_rows(iter([mixed.reset_index(drop=True)]))
+        assert rows[-1].kind == "mqcn" and rows[-1].body == b"x" and all(r.kind == DIRECTORY for r in rows[:-1])
+
+
 def _arrow_bytes_held_while(iterate) -> int:
     """The most Arrow memory allocated beyond what was held before, sampled at every item."""
     before, most = pa.total_allocated_bytes(), 0

@@ -7,6 +7,7 @@ micro-batch boundary changes nothing. The Spark adapter (streaming/spark/notific
 the offline harness of the tests both drive the queue manager through `advance`.
 """
 import json
+import struct
 from collections import namedtuple
 
 from ..wire import WireError, decode
@@ -19,6 +20,12 @@ ROW_FIELDS = ("event_ms", "kind", "topic", "partition", "offset", "body", "messa
 # stored before it was carried
 Row = namedtuple("Row", ROW_FIELDS, defaults=(None,))
 DIRECTORY = "directory"
+# Many directory versions for one queue manager in one input row: (event_ms, body) pairs, each an
+# int64 and a uint32 length (little-endian) before the body. A version a row of its own cost the
+# job's two operators more than applying it did (a pandas and an Arrow conversion of every column,
+# and a shuffle row each); unpacked, each is the Row it would have been.
+DIRECTORY_VERSIONS = "directory versions"
+_VERSION_HEAD = struct.Struct("<qI")
 
 
 def directory_row(version_row: dict, body: bytes | None = None) -> Row:
@@ -26,6 +33,23 @@ def directory_row(version_row: dict, body: bytes | None = None) -> Row:
     from .notification_rows import version_event_ms
     body = body if body is not None else json.dumps(version_row, default=str).encode()
     return Row(version_event_ms(version_row), DIRECTORY, None, None, None, body, None, None, None, None, None, None)
+
+
+def pack_versions(versions) -> bytes:
+    """(event_ms, body bytes) pairs as one DIRECTORY_VERSIONS body."""
+    head = _VERSION_HEAD.pack
+    return b"".join(head(ms, len(body)) + body for ms, body in versions)
+
+
+def unpack_versions(packed: bytes) -> list[Row]:
+    """A DIRECTORY_VERSIONS body as the DIRECTORY rows packed in it, in order."""
+    rows, pos, size, unpack = [], 0, _VERSION_HEAD.size, _VERSION_HEAD.unpack_from
+    while pos < len(packed):
+        ms, length = unpack(packed, pos)
+        pos += size
+        rows.append(Row(ms, DIRECTORY, None, None, None, packed[pos:pos + length], None, None, None, None, None, None))
+        pos += length
+    return rows
 
 
 def split(held: list[Row], watermark_ms: int) -> tuple[list[Row], list[Row]]:

@@ -9,7 +9,8 @@ plan, one foreachBatch writing every table of a micro-batch in one sink transact
                F|sender      the MQQB packets a capture producer rejected (mqqb-malformed findings)
                P|topic|part  passes MQCN records and task summaries on
            its output: sink rows (typed chunks) and the MQCN operator's input (notifications, and the
-           directory versions the replicas derived, keyed by the owning queue manager), and the
+           directory versions the replicas derived, keyed by the owning queue manager: a step's
+           versions for one queue manager packed in one row), and the
            server registry's input (the directory servers the replicas' objects name, and the
            senders and discovery replies to check)
         -> QueueManagerProcessor, keyed by route_key:
@@ -47,7 +48,7 @@ from .stateful import batch_rows
 from .replication_query import VERSIONS, ReplicationProcessor
 from .registry_query import SERVERS, RegistryProcessor
 from ..operators.replication_rows import REGISTRY
-from ..operators.notification_input import DIRECTORY, ROW_FIELDS
+from ..operators.notification_input import DIRECTORY_VERSIONS, ROW_FIELDS, pack_versions
 from ..wire.topics import REJECTED_TOPIC, TOPICS
 
 WATERMARK_DELAY = "10 seconds"
@@ -115,12 +116,17 @@ class DirectoryProcessor(StatefulProcessor):
         rows = self._sink_rows(origin, sink["table_name"].tolist(), sink["rows"].tolist())
         if routed is not None and routed.any():
             found = out[routed]
-            rows += [(owner, None, None, None, None, None, int(ms), DIRECTORY, None, None, None, text.encode(),
-                      None, None, None, None, None, None, None) if table == VERSIONS else
-                     (SERVERS, None, None, None, None, None, int(ms), REGISTRY, None, None, None, text.encode(),
-                      None, None, None, None, None, None, None)
-                     for table, owner, ms, text in zip(found["table_name"].tolist(), found["owner"].tolist(),
-                                                       found["event_ms"].tolist(), found["text"].tolist())]
+            by_owner: dict[str, list] = {}
+            for table, owner, ms, text in zip(found["table_name"].tolist(), found["owner"].tolist(),
+                                              found["event_ms"].tolist(), found["text"].tolist()):
+                if table == VERSIONS:
+                    by_owner.setdefault(owner, []).append((int(ms), text.encode()))
+                else:
+                    rows.append((SERVERS, None, None, None, None, None, int(ms), REGISTRY, None, None, None,
+                                 text.encode(), None, None, None, None, None, None, None))
+            rows += [(owner, None, None, None, None, None, versions[0][0], DIRECTORY_VERSIONS, None, None, None,
+                      pack_versions(versions), None, None, None, None, None, None, None)
+                     for owner, versions in by_owner.items()]
         return pd.DataFrame(rows, columns=list(FIRST_COLUMNS), dtype=object)
 
     def _sink_rows(self, origin: str, tables: list, chunks: list) -> list[tuple]:
