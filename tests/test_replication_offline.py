@@ -255,6 +255,9 @@ def test_a_published_version_is_its_directory_objects_row_as_json():
         for guid, obj, removed, at, _kind in versions:
             reference = replication_rows._object_row(r, guid, obj, removed, at)
             pairs.append((reference, replication_rows.published_version(r.name, guid, obj, removed, at)))
+            # directory_history's properties: the sorted JSON text the sink stores
+            history = replication_rows._content(guid, obj, removed)[3]
+            assert history["properties"] == json.dumps(reference["properties"], sort_keys=True, default=str)
             if pairs[-1][1] is not None:        # what the step published is that record, in order
                 assert next(records) == pairs[-1][1]
         assert next(records, None) is None
