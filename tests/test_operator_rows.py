@@ -223,46 +223,6 @@ def test_a_steps_versions_cross_to_each_queue_manager_in_one_row_and_arrive_as_t
         assert rows[-1].kind == "mqcn" and rows[-1].body == b"x" and all(r.kind == DIRECTORY for r in rows[:-1])
 
 
-def test_a_reading_tasks_notifications_cross_to_each_queue_manager_in_one_row_and_arrive_as_their_own_rows():
-    """The first operator passes a reading task's notifications on packed, one row per queue manager;
-    its input unpacks them into exactly the Rows one row per notification gave, in Kafka order."""
-    import pickle
-    import pandas as pd
-    from streaming.operators.notification_input import NOTIFICATIONS, Row
-    from streaming.spark.job_query import FIRST_COLUMNS, ROW_FIELDS, DirectoryProcessor, queue_manager_key
-    from streaming.spark.notification_query import input_rows
-    for seed in range(30):
-        rng = random.Random(seed)
-        n = rng.randrange(1, 30)
-        queues = ["PRIVATE={6f0c3d1e-5a8b-4c1e-9d2f-2b7e4a9c0d1%d}\\notify_queue$" % rng.randrange(3) for _ in range(n)]
-        source = pd.DataFrame({
-            "summary": [None] * n, "arrival_ms": [1_767_225_600_000 + rng.randrange(99) for _ in range(n)],
-            "topic": ["msmq.cn.raw"] * n, "partition": [rng.randrange(4) for _ in range(n)], "offset": list(range(n)),
-            "body": [rng.randbytes(rng.randrange(1, 9)) for _ in range(n)],
-            "message_id": [rng.choice([None, f"m{i}"]) for i in range(n)],
-            "sender_identifier_type": [rng.choice([None, "QueueManagerIdentifier"]) for _ in range(n)],
-            "authentication_level": [rng.choice([None, "Sig10"]) for _ in range(n)],
-            "source_machine": ["pec0"] * n, "destination_machine": [rng.choice(["qm1", None]) for _ in range(n)],
-            "destination_queue": [rng.choice([q, "DIRECT=OS:qm1\\q"]) for q in queues],
-            "capture": [rng.choice([None, '{"capture": "c.pcap"}']) for _ in range(n)]})
-        processor = DirectoryProcessor()
-        processor.seq = iter(range(10**6))
-        frame = next(processor._pass_on("P|msmq.cn.raw|0", iter([source])))
-        assert list(frame.columns) == list(FIRST_COLUMNS)
-        keys = [queue_manager_key(q, m) for q, m in zip(source["destination_queue"], source["destination_machine"])]
-        assert sorted(frame["route_key"], key=str) == sorted(set(keys), key=str)
-        assert set(frame["kind"]) == {NOTIFICATIONS}
-        for key in set(keys):
-            mine = frame[frame["route_key"].map(lambda k: k == key)][list(ROW_FIELDS)].reset_index(drop=True)
-            got = input_rows(iter([mine]))
-            expected = [Row(*values) for values, k in zip(source[["arrival_ms"]].assign(kind="mqcn").join(
-                source[list(ROW_FIELDS[2:])]).itertuples(index=False, name=None), keys) if k == key]
-            expected = [r._replace(**{f: None for f in ROW_FIELDS if getattr(r, f) != getattr(r, f)}) for r in expected]
-            assert got == expected
-            assert all(type(r.event_ms) is int and type(r.partition) is int and type(r.offset) is int for r in got)
-            assert pickle.dumps([tuple(r) for r in got]) == pickle.dumps([tuple(r) for r in expected])
-
-
 def _arrow_bytes_held_while(iterate) -> int:
     """The most Arrow memory allocated beyond what was held before, sampled at every item."""
     before, most = pa.total_allocated_bytes(), 0

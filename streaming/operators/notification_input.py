@@ -7,7 +7,6 @@ micro-batch boundary changes nothing. The Spark adapter (streaming/spark/notific
 the offline harness of the tests both drive the queue manager through `advance`.
 """
 import json
-import pickle
 import struct
 from collections import namedtuple
 
@@ -27,8 +26,6 @@ DIRECTORY = "directory"
 # and a shuffle row each); unpacked, each is the Row it would have been.
 DIRECTORY_VERSIONS = "directory versions"
 _VERSION_HEAD = struct.Struct("<qI")
-# Many notifications for one queue manager in one input row: their Rows' values, pickled.
-NOTIFICATIONS = "notifications"
 
 
 def directory_row(version_row: dict, body: bytes | None = None) -> Row:
@@ -53,15 +50,6 @@ def unpack_versions(packed: bytes) -> list[Row]:
         rows.append(Row(ms, DIRECTORY, None, None, None, packed[pos:pos + length], None, None, None, None, None, None))
         pos += length
     return rows
-
-
-def pack_notifications(rows: list[tuple]) -> bytes:
-    """Rows' values (plain ints, text, bytes and None, in ROW_FIELDS order) as one NOTIFICATIONS body."""
-    return pickle.dumps(rows, protocol=5)
-
-
-def unpack_notifications(packed: bytes) -> list[Row]:
-    return [Row(*values) for values in pickle.loads(packed)]
 
 
 def split(held: list[Row], watermark_ms: int) -> tuple[list[Row], list[Row]]:

@@ -10,7 +10,7 @@ plan, one foreachBatch writing every table of a micro-batch in one sink transact
                P|topic|part  passes MQCN records and task summaries on
            its output: sink rows (typed chunks) and the MQCN operator's input (notifications, and the
            directory versions the replicas derived, keyed by the owning queue manager: a step's
-           versions, and a reading task's notifications, for one queue manager packed in one row), and the
+           versions for one queue manager packed in one row), and the
            server registry's input (the directory servers the replicas' objects name, and the
            senders and discovery replies to check)
         -> QueueManagerProcessor, keyed by route_key:
@@ -48,8 +48,7 @@ from .stateful import batch_rows
 from .replication_query import VERSIONS, ReplicationProcessor
 from .registry_query import SERVERS, RegistryProcessor
 from ..operators.replication_rows import REGISTRY
-from ..operators.notification_input import (DIRECTORY_VERSIONS, NOTIFICATIONS, ROW_FIELDS, pack_notifications,
-                                           pack_versions)
+from ..operators.notification_input import DIRECTORY_VERSIONS, ROW_FIELDS, pack_versions
 from ..wire.topics import REJECTED_TOPIC, TOPICS
 
 WATERMARK_DELAY = "10 seconds"
@@ -140,18 +139,14 @@ class DirectoryProcessor(StatefulProcessor):
             counted = frame["summary"][summary].tolist()
             rows = self._sink_rows(origin, [RAW_SUMMARY] * len(counted), counted)
             records = frame[~summary]
-            by_queue_manager: dict[str | None, list] = {}
-            for ms, topic, partition, offset, body, message_id, sender_type, level, source, machine, queue, \
-                    capture in zip(*(records[c].tolist() for c in (
-                        "arrival_ms", "topic", "partition", "offset", "body", "message_id", "sender_identifier_type",
-                        "authentication_level", "source_machine", "destination_machine", "destination_queue",
-                        "capture"))):
-                by_queue_manager.setdefault(queue_manager_key(queue, machine), []).append(
-                    (int(ms), "mqcn", topic, int(partition), int(offset), bytes(body), message_id, sender_type,
-                     level, source, machine, queue, capture))
-            rows += [(key, None, None, None, None, None, mine[0][0], NOTIFICATIONS, None, None, None,
-                      pack_notifications(mine), None, None, None, None, None, None, None)
-                     for key, mine in by_queue_manager.items()]
+            rows += [(queue_manager_key(queue, machine), None, None, None, None, None, int(ms), "mqcn", topic,
+                      int(partition), int(offset), body, message_id, sender_type, level, source, machine, queue,
+                      capture)
+                     for ms, topic, partition, offset, body, message_id, sender_type, level, source, machine, queue,
+                     capture in zip(*(records[c].tolist() for c in (
+                         "arrival_ms", "topic", "partition", "offset", "body", "message_id", "sender_identifier_type",
+                         "authentication_level", "source_machine", "destination_machine", "destination_queue",
+                         "capture")))]
             if rows:
                 yield pd.DataFrame(rows, columns=list(FIRST_COLUMNS), dtype=object)
 

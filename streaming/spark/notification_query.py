@@ -16,8 +16,8 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from .stateful import dead_letter, replace_timers, timer_dead_letter, typed_frame
-from ..operators.notification_input import (DIRECTORY, DIRECTORY_VERSIONS, NOTIFICATIONS, ROW_FIELDS, Row, advance,
-                                           split, unpack_notifications, unpack_versions)
+from ..operators.notification_input import (DIRECTORY, DIRECTORY_VERSIONS, ROW_FIELDS, Row, advance, split,
+                                           unpack_versions)
 from ..operators.notification_rows import step_rows
 from ..operators.notifications import QMState, QueueManager, Settings
 
@@ -85,15 +85,12 @@ def input_rows(frames) -> list[Row]:
     for frame in frames:
         present = [name for name in ROW_FIELDS if name in frame]     # capture: absent from older frames
         columns = [_plain_column(frame[name]) for name in present]
-        kinds = columns[present.index("kind")]
-        if DIRECTORY_VERSIONS not in kinds and NOTIFICATIONS not in kinds:
+        if DIRECTORY_VERSIONS not in columns[present.index("kind")]:
             rows.extend(Row(*values) for values in zip(*columns))
             continue
         for values in zip(*columns):
             if values[1] == DIRECTORY_VERSIONS:
                 rows.extend(unpack_versions(values[5]))
-            elif values[1] == NOTIFICATIONS:
-                rows.extend(unpack_notifications(values[5]))
             else:
                 rows.append(Row(*values))
     return rows
