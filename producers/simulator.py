@@ -23,6 +23,8 @@ from datetime import datetime, timezone
 from typing import Iterator
 
 from streaming.operators.findings import FLOOD_PER_MINUTE
+from streaming.operators.replication import (BSC_ACK_FIRST_MS, BSC_ACK_MS, INTERSITE_MS, INTRASITE_MS, PURGE_BUFFER,
+                                           SEQ_HEADER_MS)
 from streaming.wire.envelope import make_envelope
 from streaming.wire import decode, encode, mqcn, mqdsrp, mqsd
 from streaming.wire.guid import GUID_NULL
@@ -34,10 +36,6 @@ from .truth import DeliveredNotifications, DiscoveryOutcomes, LostChanges, Truth
 from .enterprise import DeletedObject, DirObject, Enterprise, props, security_descriptor
 
 SIM_EPOCH_MS = int(datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
-INTRASITE_MS, INTERSITE_MS = 2_000, 10_000             # Change Propagation Timer, notes <3> and <2>
-SEQ_HEADER_MS = 20 * 60_000                            # SeqNumberHeader interval, note <12>
-BSC_ACK_FIRST_MS, BSC_ACK_MS = 5_000, 12 * 3_600_000   # BSC Ack Timer, notes <7>, <8>
-PURGE_BUFFER = 1024                                    # 3.1.7.2.9
 ACK_EVERY = 256                                        # 3.1.7.2.3: 8th byte of LastSeqNumber == 0x00
 # The quiet tail after the last operation: past the 15-minute MQCN batching window and the 20-minute
 # SeqNumberHeader period (note <12>), so every server sends each neighbour one header after its last

@@ -49,8 +49,10 @@ SERVICE_BSC = 0x2
 MQ_OK, MQ_ERROR = 0, 0xC00E0001
 # The seed names these statuses without values; the reply carries MQ_ERROR and the table the name.
 MQDS_OBJECT_NOT_FOUND = "MQDS_OBJECT_NOT_FOUND"
+# MQDSRP's timers (the simulator's servers run them too)
 BSC_ACK_FIRST_MS, BSC_ACK_MS = 5_000, 12 * 3_600_000        # BSC Ack Timer, notes <7>, <8>
-INTRASITE_MS = 2_000                                         # Change Propagation Timer to a BSC, note <3>
+INTRASITE_MS, INTERSITE_MS = 2_000, 10_000                   # Change Propagation Timer, notes <3> and <2>
+SEQ_HEADER_MS = 20 * 60_000                                  # SeqNumberHeader interval, note <12>
 CHANGE_WAIT_AUTHORITY_MS, CHANGE_WAIT_OTHER_MS = 10_000, 20_000   # Process Change Request wait, note <11>
 NACK_RESEND_LIMIT = 3                                        # digest §11.9: the spec sets no bound
 PROPAGATION_CHUNK = 200                                      # changes per ChangePropagation this server sends
