@@ -12,7 +12,7 @@ with, beside every `.py`, its bytecode compiled by this interpreter as an unchec
 (PEP 552: no timestamp to compare, so the zip's 2-second file times do not matter). The `.py`
 files stay (tracebacks show their lines) and are byte for byte the same, so the processes run the
 same code: only the compilation goes. Another interpreter version finds a pyc of the wrong magic
-number and falls back to the `.py`, as before. Run by `make setup`; idempotent.
+number and falls back to the `.py`. Run by `make setup`; idempotent.
 
 pyspark's own test suites (every `tests` folder: 1,960 of the zip's 2,772 entries once compiled)
 are left out of the rewritten zip: no pyspark module imports them, and every task a Python worker
@@ -84,7 +84,7 @@ def add_bytecode(path: Path) -> int:
                 try:
                     pyc = pyc_bytes(data, f"{path}/{info.filename}")
                 except SyntaxError:
-                    continue                # left to the .py, as before
+                    continue                # left to the .py, which Python compiles itself
                 dst.writestr(zipfile.ZipInfo(info.filename + "c", info.date_time), pyc)
                 compiled += 1
         dst.writestr(STAMP, _tag())
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     for z in missing:
         try:
             print(f"pyspark bytecode: {z.name}: {add_bytecode(z)} modules compiled")
-        except OSError as exc:              # a read-only installation: Spark compiles as before
+        except OSError as exc:              # a read-only installation: Python compiles the .py itself
             print(f"pyspark bytecode: cannot rewrite {z}: {exc}")
     return 0
 

@@ -7,7 +7,7 @@
   REPLICATION_QUEUE_PRIVATE = PRIVATE=<QM GUID>\\1, where Nacks come back as the administration
   queue), MQCN to the notification queue (MS-MQCN 1.9: PRIVATE=<QM GUID>\\3). Other MSMQ messages
   and the session packets are counted, not published.
-- UDP 1801: MQSD datagrams, as before.
+- UDP 1801: MQSD datagrams.
 - An MQQB packet that breaks its own framing, or bytes that are no packet, is rejected: its bytes,
   position and reason go to their own topic (streaming.wire.rejected), where the job records
   them as a dead letter and a security finding.

@@ -347,7 +347,7 @@ def _ensure_topic(bootstrap: str, options: dict, topic: str, partitions: int = 1
 def _check_security(bootstrap: str, options: dict) -> None:
     """Before anything is written: Kafka refusing these settings (credentials, TLS trust, security
     protocol) stops the job with the reason (KafkaSecurityError); retrying would not help. A broker
-    that does not answer yet is waited for later, as before."""
+    that does not answer yet is waited for later (a broker starting after the job is normal)."""
     from producers.kafka import KafkaSettings, KafkaUnavailable, KafkaSecurityError, check_reachable
     try:
         check_reachable(KafkaSettings(bootstrap, options))

@@ -44,8 +44,8 @@ TABLES: dict[str, Table] = {}
 
 def _open_rows_index(t: Table) -> str:
     """The rows of a series not closed yet (successor tables): closing them is one index lookup, not
-    a walk over every row the series ever had (directory_history in the soak: a queue has hundreds of
-    versions after an hour, and the writer slowed down as they grew)."""
+    a walk over every row the series ever had (a queue gathers hundreds of versions of
+    directory_history in an hour, and the writer would slow down as they grow)."""
     ends, _starts, series, _order = t.successor
     return f"CREATE INDEX IF NOT EXISTS {t.name}_open ON {t.name} ({', '.join(series)}) WHERE {ends} IS NULL"
 SQLITE_LOCK_WAIT_S = 600
@@ -523,7 +523,7 @@ def _datetime(v):
         try:
             return datetime.fromisoformat(v)
         except ValueError:
-            return v                        # not a time: written as it came, as before
+            return v                        # not a time: written as it came
     return v
 
 

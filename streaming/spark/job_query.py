@@ -229,7 +229,8 @@ def start_job_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict,
 class JobWriter(BatchWriter):
     """foreachBatch of the one query: the reading tasks' counts and dead letters become the raw
     tables, the operators' typed chunks their tables, all in one transaction with the batch's
-    progress; then the batch's outbound messages go to Kafka (at least once, as before)."""
+    progress; then the batch's outbound messages go to Kafka (at least once: a batch that fails
+    after the commit publishes them again when it runs again)."""
 
     def __init__(self, sink_url: str, source_opts: dict, query_id: str, data_loss_log: str | None = None,
                  echo=print, outbound: dict | None = None):
