@@ -224,8 +224,30 @@ def serial_group(item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)        # before pytest-xdist's own hook reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         group = serial_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session):
+    """On a worker of `--dist loadgroup`: every grouped test's node id must carry its group, or the
+    groups are lost and Spark tests would run side by side (pytest 9.2 keeps node ids that
+    pytest-xdist 3.8 can no longer suffix: pytest-dev/pytest-xdist#1386); then each such test fails
+    with the reason instead of running."""
+    if getattr(session.config.option, "loadgroup", False):          # set on the workers of --dist loadgroup
+        lost = [item for item in session.items if serial_group(item) and "@" not in item.nodeid]
+        session.config.stash[UNGROUPED] = len(lost)
+
+
+UNGROUPED = pytest.StashKey[int]()
+
+
+def pytest_runtest_setup(item):
+    lost = item.config.stash.get(UNGROUPED, 0)
+    if lost and serial_group(item):
+        pytest.fail(f"pytest-xdist did not group {lost} tests that must run one at a time: with pytest "
+                    f"{pytest.__version__} its --dist loadgroup does not work (`make setup` installs a pytest that "
+                    "it does)", pytrace=False)

@@ -366,6 +366,7 @@ class Soak:
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.work = self.out / "work"
+        self.last_published = 0                  # the producer's last progress count (published())
         shutil.rmtree(self.work, ignore_errors=True)
         self.work.mkdir()
         self.broker = EmbeddedBroker(self.work / "broker", port=free_port())
@@ -444,14 +445,18 @@ class Soak:
         return self.wall_started + minute * 60
 
     def published(self) -> int:
-        """The producer's last progress line: "sent N messages (...) at R msg/s"."""
+        """The producer's last progress line: "sent N messages (...) at R msg/s"; the last count seen
+        when the log's tail holds none (the client's warnings after a broker restart, or the producer's
+        closing lines, can fill it)."""
         try:
             with open(self.work / "producer.log", "rb") as fh:
-                fh.seek(max(fh.seek(0, 2) - 4096, 0))
+                fh.seek(max(fh.seek(0, 2) - 65536, 0))
                 found = re.findall(rb"sent (\d+) messages", fh.read())
-            return int(found[-1]) if found else 0
         except OSError:
-            return 0
+            found = []
+        if found:
+            self.last_published = max(self.last_published, int(found[-1]))
+        return self.last_published
 
     def record(self, phase: str) -> dict:
         s = self.sample(phase)
