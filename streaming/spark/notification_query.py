@@ -89,11 +89,14 @@ def input_rows(frames) -> list[Row]:
             rows.extend(Row(*values) for values in zip(*columns))
             continue
         for values in zip(*columns):
-            if values[1] == DIRECTORY_VERSIONS:
-                rows.extend(unpack_versions(values[5]))
+            if values[_KIND] == DIRECTORY_VERSIONS:
+                rows.extend(unpack_versions(values[_BODY]))
             else:
                 rows.append(Row(*values))
     return rows
+
+
+_KIND, _BODY = ROW_FIELDS.index("kind"), ROW_FIELDS.index("body")     # always present, in this order
 
 
 def _plain_column(series) -> list:
