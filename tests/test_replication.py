@@ -6,8 +6,8 @@ import pytest
 
 from streaming.operators.replica_store import DictBackend, ObjectStore
 from streaming.operators.replication import (
-    MQ_ERROR, MQ_OK, PEC_PARTITION_ID, PENDING_LIMIT, PURGE_COMPLETESYNC0, PURGE_NORMAL, PURGE_SYNC0, Replica,
-    ServerState, state_from_bytes, state_to_bytes)
+    MQ_ERROR, MQ_OK, PEC_PARTITION_ID, PENDING_LIMIT, PURGE_COMPLETESYNC0, PURGE_MOVES, PURGE_NORMAL, PURGE_SYNC0,
+    IllegalPurgeMove, PurgeState, Replica, ServerState, state_from_bytes, state_to_bytes)
 from streaming.wire import mqdsrp
 from streaming.wire.properties import Property
 from streaming.wire.propids import propid
@@ -363,6 +363,53 @@ def test_complete_sync0_also_accepts_purge_state_3():
     p.purge_state = PURGE_COMPLETESYNC0
     r.complete_sync0(p)
     assert p.purge_state == PURGE_NORMAL
+
+
+def test_every_purge_state_move_is_in_the_table_and_any_other_raises():
+    """3.3.7.10 and 3.3.7.11 are the only writers of PurgeState: each move they make is one of
+    PURGE_MOVES, which Partition.move_purge_state enforces."""
+    s = Server()
+    r, p = s.replica(), s.partition()
+    moves = []
+    original = type(p).move_purge_state
+
+    def watched(partition, new):
+        moves.append((partition.purge_state, new))
+        original(partition, new)
+
+    type(p).move_purge_state = watched
+    try:
+        r.start_sync0(p, 40)
+        r.start_sync0(p, 50)                               # AlreadyPurged again during sync0: it starts over
+        r.complete_sync0(p)
+    finally:
+        type(p).move_purge_state = original
+    assert moves == [(PurgeState.NORMAL, PurgeState.STARTSYNC0), (PurgeState.STARTSYNC0, PurgeState.SYNC0),
+                     (PurgeState.SYNC0, PurgeState.STARTSYNC0), (PurgeState.STARTSYNC0, PurgeState.SYNC0),
+                     (PurgeState.SYNC0, PurgeState.NORMAL)]
+    for old in PurgeState:
+        for new in PurgeState:
+            p.purge_state = old
+            if new in PURGE_MOVES[old]:
+                p.move_purge_state(new)
+                assert p.purge_state is new
+            else:
+                with pytest.raises(IllegalPurgeMove, match=f"{old.name} -> {new.name}"):
+                    p.move_purge_state(new)
+                assert p.purge_state is old
+
+
+def test_the_purge_state_is_stored_as_its_uchar_and_read_back_as_the_enum():
+    """The checkpoint keeps the int a state written before the enum kept, and the sink its
+    lowercase name."""
+    s = Server()
+    s.send(mqdsrp.new_message(SITE, mqdsrp.AlreadyPurgedMessage(SITE, 40)))
+    raw = state_to_bytes(s.state)
+    (stored,) = [t[5] for t in marshal.loads(raw)[4] if t[0] == SITE]
+    assert type(stored) is int and stored == 2
+    back = state_from_bytes(raw).partitions[SITE].purge_state
+    assert back is PurgeState.SYNC0 and back.label == "sync0"
+    assert [state.label for state in PurgeState] == ["normal", "startsync0", "sync0", "completesync0"]
 
 
 def test_propagated_changes_during_sync0_wait_for_it_to_complete():

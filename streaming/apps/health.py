@@ -6,10 +6,11 @@ Pure functions over rows read through a SinkReader; event times are the sink's t
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from ..operators.replication import PurgeState
 from ..sinks import as_bool
 
-SYNC0_STATES = ("startsync0", "sync0", "completesync0")
-PURGE_STATES = ("normal",) + SYNC0_STATES
+PURGE_STATES = tuple(state.label for state in PurgeState)        # replication_partitions.purge_state
+SYNC0_STATES = tuple(state.label for state in PurgeState if state != PurgeState.NORMAL)
 NO_WINDOW, INITIAL_WINDOW = "0" * 16, "f" * 16          # ChangeMissingWindow (MC-MQDSRP 3.1.1.2.3)
 
 

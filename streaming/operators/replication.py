@@ -28,6 +28,7 @@ import itertools
 import marshal
 import zlib
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 from ..wire import mqdsrp
 from ..wire.guid import GUID_NULL
@@ -43,8 +44,37 @@ from .replica_store import DirObject, ObjectStore, StoreLayout
 PEC_PARTITION_ID = GUID_NULL
 PENDING_LIMIT = 100                  # 3.1.7.2.2
 PURGE_EVERY, PURGE_BUFFER = 256, 1024  # 3.1.7.2.3, 3.1.7.2.9
-PURGE_NORMAL, PURGE_STARTSYNC0, PURGE_SYNC0, PURGE_COMPLETESYNC0 = 0, 1, 2, 3
-PURGE_STATE_NAMES = {0: "normal", 1: "startsync0", 2: "sync0", 3: "completesync0"}
+
+
+class PurgeState(IntEnum):
+    """A partition's PurgeState (3.1.1.2.3): its UCHAR value is its stored form (the checkpoint keeps
+    the int) and its lowercase name is the sink's replication_partitions.purge_state."""
+    NORMAL = 0
+    STARTSYNC0 = 1
+    SYNC0 = 2
+    COMPLETESYNC0 = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+# The moves 3.3.7.10 and 3.3.7.11 make. Start Sync0 checks no state, so sync0 may start again from
+# sync0; COMPLETESYNC0 is never assigned by the spec, but Complete Sync0 accepts it (digest §11.11).
+PURGE_MOVES = {
+    PurgeState.NORMAL: frozenset({PurgeState.STARTSYNC0}),
+    PurgeState.STARTSYNC0: frozenset({PurgeState.SYNC0}),
+    PurgeState.SYNC0: frozenset({PurgeState.STARTSYNC0, PurgeState.NORMAL}),
+    PurgeState.COMPLETESYNC0: frozenset({PurgeState.STARTSYNC0, PurgeState.NORMAL}),
+}
+
+
+class IllegalPurgeMove(RuntimeError):
+    """A move PURGE_MOVES does not hold: a bug in the replica, never a message's fault."""
+
+
+PURGE_NORMAL, PURGE_STARTSYNC0, PURGE_SYNC0, PURGE_COMPLETESYNC0 = PurgeState
+PURGE_STATE_NAMES = {state: state.label for state in PurgeState}
 SERVICE_BSC = 0x2
 MQ_OK, MQ_ERROR = 0, 0xC00E0001
 # The seed names these statuses without values; the reply carries MQ_ERROR and the table the name.
@@ -81,7 +111,7 @@ class Partition:
     last_seq: int = MIN_SEQ_NUMBER
     purged_seq: int = MIN_SEQ_NUMBER
     allowed_purge_seq: int = MIN_SEQ_NUMBER
-    purge_state: int = PURGE_NORMAL
+    purge_state: PurgeState = PurgeState.NORMAL
     previous_purged_seq: int = MIN_SEQ_NUMBER
     change_missing_window: int = MAX_SEQ_NUMBER
     pending: list[DirectoryChange] = field(default_factory=list)
@@ -90,6 +120,12 @@ class Partition:
     # they change no behaviour:
     seen_seq: int = MIN_SEQ_NUMBER         # the highest SeqNumber seen in changes and SeqNumberHeaders
     last_change_ms: int = 0                # event time LastSeqNumber last moved
+
+    def move_purge_state(self, new: PurgeState) -> None:
+        """The one place PurgeState changes; a move PURGE_MOVES does not hold raises."""
+        if new not in PURGE_MOVES[self.purge_state]:
+            raise IllegalPurgeMove(f"partition {self.partition_id}: PurgeState {self.purge_state.name} -> {new.name}")
+        self.purge_state = new
 
 
 @dataclass
@@ -737,7 +773,7 @@ class Replica:
     def start_sync0(self, p: Partition, purged_seq: int) -> None:
         if p.last_seq >= purged_seq or p.purged_seq >= purged_seq:
             return
-        p.purge_state = PURGE_STARTSYNC0
+        p.move_purge_state(PurgeState.STARTSYNC0)
         p.last_seq, p.change_missing_window, p.purged_seq = MIN_SEQ_NUMBER, MAX_SEQ_NUMBER, purged_seq
         for change in p.pending:
             self.pending_events.append(PendingEvent(p.partition_id, change, "cleared", self.s.now_ms))
@@ -752,7 +788,7 @@ class Replica:
             if d.partition_id == p.partition_id:
                 d.seq_number = MIN_SEQ_NUMBER
                 self.deleted_touched[d.identifier] = (d, "deleted", self.s.now_ms)
-        p.purge_state = PURGE_SYNC0
+        p.move_purge_state(PurgeState.SYNC0)
         self.send_sync_request(p, "sync0")
 
     def complete_sync0(self, p: Partition) -> None:
@@ -769,7 +805,8 @@ class Replica:
             if d.partition_id == p.partition_id and d.seq_number == MIN_SEQ_NUMBER:
                 del self.s.deleted[identifier]
                 self.deleted_touched[identifier] = (d, "removed-by-sync0", self.s.now_ms)
-        p.purge_state, p.change_missing_window = PURGE_NORMAL, MIN_SEQ_NUMBER
+        p.move_purge_state(PurgeState.NORMAL)
+        p.change_missing_window = MIN_SEQ_NUMBER
         self.check_pending_changes(p)
 
     # ------------------------------------------------------------ 3.2.7.4 / 3.2.7.5 acks
@@ -986,7 +1023,7 @@ def _neighbor_from(t) -> Neighbor:
 
 
 def state_to_bytes(s: ServerState) -> bytes:
-    partitions = [(p.partition_id, p.authority, p.last_seq, p.purged_seq, p.allowed_purge_seq, p.purge_state,
+    partitions = [(p.partition_id, p.authority, p.last_seq, p.purged_seq, p.allowed_purge_seq, int(p.purge_state),
                    p.previous_purged_seq, p.change_missing_window, [_change_tuple(c) for c in p.pending],
                    p.initial_sync_sent, p.seen_seq, p.last_change_ms) for p in s.partitions.values()]
     return marshal.dumps((
@@ -1009,7 +1046,7 @@ def state_from_bytes(raw: bytes) -> ServerState:
                     findings=FindingLog(later[2]) if len(later) > 2 and later[2] else None)
     for pid, auth, last, purged, allowed, state, prev_purged, cmw, pending, initial, *health in partitions:
         # a state written before the health fields lacks them (checkpoints of earlier versions)
-        s.partitions[pid] = Partition(pid, auth, last, purged, allowed, state, prev_purged, cmw,
+        s.partitions[pid] = Partition(pid, auth, last, purged, allowed, PurgeState(state), prev_purged, cmw,
                                       [_change_from(c) for c in pending], initial, *health)
     s.psc_neighbors = {n.machine_name: n for n in map(_neighbor_from, pscs)}
     s.bsc_neighbors = {n.machine_name: n for n in map(_neighbor_from, bscs)}
