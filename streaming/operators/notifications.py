@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..wire.guid import GUID_NULL
 from .findings import FLOOD_PER_MINUTE, FindingLog, evidence
-from ..wire.mqcn import ChangeNotificationMessage
+from ..wire.mqcn import EVENTS, ChangeNotificationMessage, Command, Event
 from ..wire.properties import MQDS_MACHINE, MQDS_QUEUE, object_type_of
 from ..wire.propids import PROPIDS
 
@@ -60,7 +60,7 @@ V1_QM_UPDATE = {"PROPID_QM_QUOTA": "quota", "PROPID_QM_JOURNAL_QUOTA": "journal_
 V2_QUEUE_READ = ("PROPID_Q_TYPE", "PROPID_Q_INSTANCE", "PROPID_Q_BASEPRIORITY", "PROPID_Q_JOURNAL", "PROPID_Q_QUOTA", "PROPID_Q_JOURNAL_QUOTA",
                  "PROPID_Q_CREATE_TIME", "PROPID_Q_MODIFY_TIME", "PROPID_Q_SECURITY", "PROPID_Q_PATHNAME", "PROPID_Q_LABEL", "PROPID_Q_AUTHENTICATE",
                  "PROPID_Q_PRIV_LEVEL", "PROPID_Q_TRANSACTION")
-V2_EVENTS = {"1": "create queue", "2": "change queue", "3": "delete queue", "4": "change queue manager"}
+REFRESH = "refresh"                   # an unresolved read of the refresh (note <3>), not an MQCN Event
 
 
 @dataclass
@@ -320,26 +320,26 @@ class QueueManager:
             return
         for i, (command, _use_guid, path, guid, props) in enumerate(n.updates):
             values = {PROPIDS[k][0]: v for k, v in props if k in PROPIDS}
-            kind = object_type_of(props[0][0]) if command in (0, 1) else MQDS_QUEUE
+            kind = object_type_of(props[0][0]) if command in (Command.CREATE, Command.UPDATE) else MQDS_QUEUE
             action = _v1_action((command, None, path, guid, props))
-            if guid is None and command in (1, 2) and kind == MQDS_QUEUE:
+            if guid is None and command in (Command.UPDATE, Command.DELETE) and kind == MQDS_QUEUE:
                 guid = self._queue_by_path(path)
                 if guid is None:
                     self._record(n, i, action, path, "ignored", "no queue with this PathName in the "
                                  "QueueCollection (3.2.5.1: the update names its queue by PathName)", batch, now)
                     continue
-            if command == 0 and kind == MQDS_QUEUE:
+            if command == Command.CREATE and kind == MQDS_QUEUE:
                 self._v1_create(n, i, values, now, batch, action)
-            elif command == 1 and kind == MQDS_QUEUE:
+            elif command == Command.UPDATE and kind == MQDS_QUEUE:
                 self._v1_update_queue(n, i, guid, values, now, batch, action)
-            elif command == 1 and kind == MQDS_MACHINE:
+            elif command == Command.UPDATE and kind == MQDS_MACHINE:
                 for name, attr in V1_QM_UPDATE.items():
                     if name in values:
                         setattr(self.s, attr, values[name])
                         self.s.qm_since_read.add(name)
                 self.s.updated_ms, self.qm_touched = now, True
                 self._record(n, i, action, guid, "applied", None, batch, now)
-            elif command == 2:
+            elif command == Command.DELETE:
                 self._delete(n, i, guid, now, batch, action)
             else:
                 self._record(n, i, action, guid or path, "ignored", "a queue manager create has no action",
@@ -351,12 +351,12 @@ class QueueManager:
         if n.authentication_level in (None, "None"):
             return "AuthenticationLevel None (3.2.5.1)"
         for i, (command, _ug, _path, _guid, props) in enumerate(n.updates):
-            if command in (0, 1):
+            if command in (Command.CREATE, Command.UPDATE):
                 kind = object_type_of(props[0][0]) if props else 0
                 if kind not in (MQDS_QUEUE, MQDS_MACHINE):
                     return f"update {i}: object type {kind} from PropertyId[0] is neither a queue nor a queue " \
                            f"manager (3.2.5.1)"
-            elif command == 2:
+            elif command == Command.DELETE:
                 if len(props) < 2 or props[1][1] != MQDS_QUEUE:
                     return f"update {i}: delete of PropertyValue[1] = {props[1][1] if len(props) > 1 else None}, " \
                            f"not MQDS_QUEUE (3.2.5.1)"
@@ -406,7 +406,7 @@ class QueueManager:
             if message_id is None:
                 continue
             # the queue is gone before any replica showed it: nothing left to read
-            self.outcomes.append(Outcome(message_id, 0, 2, V2_EVENTS.get(event, event), guid, "ignored",
+            self.outcomes.append(Outcome(message_id, 0, 2, EVENTS.get(event, event), guid, "ignored",
                                          "the queue was deleted before any replica held it", b, arrival, now))
         q = self.s.queues.get(guid)
         if q is None:
@@ -419,17 +419,17 @@ class QueueManager:
     def _process_v2(self, n: Notification, now: int, batch: int) -> None:
         """3.2.5.2: events 1 and 2 read a queue, 4 the queue manager; 3 deletes without a read."""
         action, guid = self._action(n), n.object_guid
-        if n.event == "3":
+        if n.event == Event.DELETE_QUEUE:
             self._delete(n, 0, guid, now, batch, action)
             return
-        if n.event not in ("1", "2", "4"):
+        if n.event not in (Event.CREATE_QUEUE, Event.CHANGE_QUEUE, Event.CHANGE_MACHINE):
             self._record(n, 0, action, guid, "ignored", f"Event {n.event} is not 1 to 4 (note <10>)", batch, now)
             return
-        if n.event == "2" and guid not in self.s.unresolved and (guid not in self.s.queues or self.s.queues[guid].deleted):
+        if n.event == Event.CHANGE_QUEUE and guid not in self.s.unresolved and (guid not in self.s.queues or self.s.queues[guid].deleted):
             self._record(n, 0, action, guid, "ignored", "no such queue in the QueueCollection (3.2.5.2 Event 2 "
                          "updates the corresponding Queue; only Event 1 creates)", batch, now)
             return
-        wanted = "machine" if n.event == "4" else "queue"
+        wanted = "machine" if n.event == Event.CHANGE_MACHINE else "queue"
         v = None if guid in self.s.unresolved else self._read(guid, now, wanted)
         later = None if v is not None or guid in self.s.unresolved else self._first_after(guid, now, wanted)
         if later is not None:            # as if it had waited for the object to appear (see _resolve)
@@ -454,9 +454,9 @@ class QueueManager:
             # only on Event 3: the QueueCollection is left as it is.
             return "ignored", "the directory holds the object as deleted: Read Directory returns nothing " \
                               "(3.2.5.2 deletes only on Event 3)"
-        if event == "4":
+        if event == Event.CHANGE_MACHINE:
             self._apply_machine(v, now)
-        elif event == "1":               # Create Queue with a copy of the returned Queue
+        elif event == Event.CREATE_QUEUE:  # Create Queue with a copy of the returned Queue
             self.s.queues[guid] = QueueRecord({"PROPID_Q_INSTANCE": guid})
             self._apply_queue(guid, v, now, message_id)
         else:
@@ -481,7 +481,7 @@ class QueueManager:
             for message_id, arrival, event, batch, _read in expired:
                 if message_id is None:
                     continue                     # a refresh's read: no outcome of its own
-                self.outcomes.append(Outcome(message_id, 0, 2, V2_EVENTS.get(event, event), guid, "ignored",
+                self.outcomes.append(Outcome(message_id, 0, 2, EVENTS.get(event, event), guid, "ignored",
                                              f"no replica of this queue manager's directory showed the object within "
                                              f"{UNRESOLVED_WAIT_MS // MINUTE} minutes: Read Directory found nothing",
                                              batch, arrival, deadline))
@@ -509,20 +509,20 @@ class QueueManager:
         can see (a micro-batch of the replication operator reports only an object's last version)."""
         waiting = self.s.unresolved.pop(guid, [])
         for message_id, arrival, event, batch, read in waiting:
-            wanted = "machine" if event == "4" else "queue"
-            if event == "refresh":
+            wanted = "machine" if event == Event.CHANGE_MACHINE else "queue"
+            if event == REFRESH:
                 if version.object_type == "queue" and not version.deleted:
                     self._apply_queue(guid, version, max(version.event_ms, read), None)
                 continue
             if version.object_type != wanted:
                 outcome, reason = "ignored", f"the directory holds {guid} but not as a {wanted} (3.2.5.2)"
-            elif event == "2" and (guid not in self.s.queues or self.s.queues[guid].deleted):
+            elif event == Event.CHANGE_QUEUE and (guid not in self.s.queues or self.s.queues[guid].deleted):
                 outcome, reason = "ignored", "no such queue in the QueueCollection (3.2.5.2 Event 2)"
             else:
                 version = self._read(guid, read, wanted) or self._first_after(guid, read, wanted) or version
                 outcome, reason = self._apply_read(guid, event, version, max(version.event_ms, read), message_id)
                 reason = reason or APPEARED
-            self.outcomes.append(Outcome(message_id, 0, 2, V2_EVENTS.get(event, event), guid, outcome, reason,
+            self.outcomes.append(Outcome(message_id, 0, 2, EVENTS.get(event, event), guid, outcome, reason,
                                          batch, arrival, max(version.event_ms, read)))
 
     def read(self, guid: str, as_of_ms: int) -> Version | None:
@@ -625,7 +625,7 @@ class QueueManager:
                 continue
             later = self._first_after(guid, fired, "queue")
             if later is None:
-                self.s.unresolved.setdefault(guid, []).append((None, fired, "refresh", batch, fired))
+                self.s.unresolved.setdefault(guid, []).append((None, fired, REFRESH, batch, fired))
             elif not later.deleted:
                 self._apply_queue(guid, later, max(later.event_ms, fired), None)
 
@@ -635,7 +635,7 @@ class QueueManager:
     # ------------------------------------------------------------ records
     def _action(self, n: Notification) -> str:
         if n.version == 2:
-            return V2_EVENTS.get(n.event, f"event {n.event}")
+            return EVENTS.get(n.event, f"event {n.event}")
         return ", ".join(_v1_action(u) for u in n.updates) or "v1"
 
     def _record(self, n: Notification, index: int, action: str, guid, outcome: str, reason, batch, now) -> None:
@@ -646,12 +646,12 @@ class QueueManager:
 def _queues_named(n: Notification) -> list[str]:
     """The queue GUIDs a notification names (v2 events 1 and 2, v1 creates and updates by GUID)."""
     if n.version == 2:
-        return [n.object_guid] if n.event in ("1", "2") and n.object_guid else []
+        return [n.object_guid] if n.event in (Event.CREATE_QUEUE, Event.CHANGE_QUEUE) and n.object_guid else []
     named = []
     for command, _use_guid, _path, guid, props in n.updates:
-        if command == 0:
+        if command == Command.CREATE:
             named += [v for k, v in props if PROPIDS.get(k, ("",))[0] == "PROPID_Q_INSTANCE" and v]
-        elif command == 1 and guid and props and object_type_of(props[0][0]) == MQDS_QUEUE:
+        elif command == Command.UPDATE and guid and props and object_type_of(props[0][0]) == MQDS_QUEUE:
             named.append(guid)
     return named
 
@@ -686,11 +686,11 @@ def is_notification_queue(destination_queue: str | None) -> bool:
 
 def _v1_action(update) -> str:
     command, _ug, _path, _guid, props = update
-    if command == 2:
+    if command == Command.DELETE:
         return "delete queue"
     kind = object_type_of(props[0][0]) if props else 0
     target = {MQDS_QUEUE: "queue", MQDS_MACHINE: "queue manager"}.get(kind, f"object type {kind}")
-    return {0: f"create {target}", 1: f"update {target}"}.get(command, f"command {command}")
+    return {Command.CREATE: f"create {target}", Command.UPDATE: f"update {target}"}.get(command, f"command {command}")
 
 
 def notification_from(msg: ChangeNotificationMessage, *, message_id: str, arrival_ms: int,

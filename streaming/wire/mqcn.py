@@ -3,6 +3,7 @@ v2 Notification Body (2.2.5). The MSMQ body is the message plus one unused byte 
 """
 import re
 from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
 
 from .changes import MIN_CHANGE_SIZE, read_target, target_bytes
 from .guid import guid_to_bytes
@@ -12,8 +13,27 @@ from .reader import Reader
 PROTOCOL = "MQCN"
 VERSION_DS = 0x01            # sent by the MSMQ Directory Service: Notification Updates
 VERSION_QM = 0x02            # sent by a queue manager: one Notification Body
-COMMANDS = {0x00: "creation", 0x01: "change", 0x02: "deletion"}
-EVENTS = {"1": "create queue", "2": "change queue", "3": "delete queue", "4": "change machine"}
+
+
+class Command(IntEnum):
+    """A Notification Update's Command (2.2.6); a decoded update keeps the plain int."""
+    CREATE = 0x00
+    UPDATE = 0x01
+    DELETE = 0x02
+
+
+class Event(StrEnum):
+    """A Notification Body's Event (2.2.5), as its text; a decoded body keeps the plain str."""
+    CREATE_QUEUE = "1"
+    CHANGE_QUEUE = "2"
+    DELETE_QUEUE = "3"
+    CHANGE_MACHINE = "4"
+
+
+COMMANDS = {Command.CREATE: "creation", Command.UPDATE: "change", Command.DELETE: "deletion"}
+# What each event does, in the words of the outcome rows (the machine object is the queue manager's, 3.2.5.2)
+EVENTS = {Event.CREATE_QUEUE: "create queue", Event.CHANGE_QUEUE: "change queue", Event.DELETE_QUEUE: "delete queue",
+          Event.CHANGE_MACHINE: "change queue manager"}
 RESERVED_SIZE = 24
 MAX_DC_NAME = 256            # DirectoryServiceServer = 1*256(VCHAR)
 
