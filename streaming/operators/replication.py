@@ -565,8 +565,8 @@ class Replica:
         # the removal is recorded with the deletion's SeqNumber (as deleted_objects has it), so it
         # orders after every version of the object: after a sync0 reset (3.3.7.10: every object's
         # SeqNumber is 0 until the authority's reply) the object's own number would order the
-        # deletion before its last live version, and a read takes the highest number (found by the
-        # soak: queue managers kept queues their replicas had deleted)
+        # deletion before its last live version, and a read takes the highest number (the queue
+        # managers would keep queues their replicas had deleted)
         obj = self.store.remove(key, seq) if key else None
         # [INFERENCE] deleting an object this replica never had still succeeds: the object is gone
         # either way, and failing would stall the sequence (a sync reply lists deletions by GUID).

@@ -94,7 +94,7 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
                .config("spark.sql.streaming.stateStore.providerClass",
                        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
                # a commit writes the batch's changes, not a snapshot of the whole store (snapshots are
-               # made in the background): about half of each stateful operator's commit time, measured
+               # made in the background), so a commit's cost follows the batch, not the state's size
                .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
                .config("spark.python.worker.reuse", "true")
                # the Python workers, and the state server each stateful task's Python side calls on
