@@ -7,7 +7,7 @@ import pytest
 from streaming.operators.replica_store import DictBackend, ObjectStore
 from streaming.operators.replication import (
     MQ_ERROR, MQ_OK, PEC_PARTITION_ID, PENDING_LIMIT, PURGE_COMPLETESYNC0, PURGE_MOVES, PURGE_NORMAL, PURGE_SYNC0,
-    IllegalPurgeMove, PurgeState, Replica, ServerState, state_from_bytes, state_to_bytes)
+    IllegalPurgeMove, PurgeState, Replica, ReplicaOutputs, ServerState, state_from_bytes, state_to_bytes)
 from streaming.wire import mqdsrp
 from streaming.wire.properties import Property
 from streaming.wire.propids import propid
@@ -321,6 +321,19 @@ def test_a_psc_acks_every_256th_change_and_a_bsc_does_not():
         (256, OTHER_SITE, "psc1")
     assert acks[0].message.psc_site_id == SITE
     assert not [o for o in bsc.out if isinstance(o.message, mqdsrp.PSCAckMessage)]
+
+
+def test_take_outputs_hands_over_what_the_step_collected_and_forgets_it():
+    s = Server()
+    r = s.send(mqdsrp.new_message(SITE, mqdsrp.AlreadyPurgedMessage(SITE, 40)))
+    r.ignore("SyncRequest", "answered by the object authority")
+    sent = list(r.out)
+    outputs = r.take_outputs()
+    assert isinstance(outputs, ReplicaOutputs) and outputs.sent == sent and sent
+    assert [m.message.is_sync0 for m in outputs.sent] == [1]
+    assert outputs.ignored == [("SyncRequest", "answered by the object authority")]
+    again = r.take_outputs()
+    assert (again.sent, again.pending_events, again.deleted_touched, again.ignored, again.checks) == ([], [], {}, [], [])
 
 
 # ---------------------------------------------------------------- AlreadyPurged and sync0 (3.3.7.7, 3.3.7.10, 3.3.7.11)

@@ -200,6 +200,16 @@ class PendingEvent:
     at_ms: int = 0                  # the event time of the status change
 
 
+@dataclass
+class ReplicaOutputs:
+    """What a replica did since its outputs were last taken (Replica.take_outputs)."""
+    sent: list[Outbound]                                        # what the server would send, in order
+    pending_events: list[PendingEvent]                          # each pending change's moves
+    deleted_touched: dict[str, tuple[DeletedObject, str, int]]  # identifier -> (entry, status, event time)
+    ignored: list[tuple[str, str]]                              # (operation, reason): no further action
+    checks: list[Check]                                         # senders it does not know itself
+
+
 # ================================================================== the state machine
 class Replica:
     def __init__(self, state: ServerState, store: ObjectStore, pec_name: str | None = None):
@@ -217,6 +227,12 @@ class Replica:
         # (not stored: built on first use), so Purge Deleted Objects, which runs after every change,
         # walks the collection only when something can be purged
         self._deleted_floor: dict[str, float] = {}
+
+    def take_outputs(self) -> ReplicaOutputs:
+        """Everything collected since the last take, handed over and forgotten here."""
+        outputs = ReplicaOutputs(self.out, self.pending_events, self.deleted_touched, self.ignored, self.checks)
+        self.out, self.pending_events, self.deleted_touched, self.ignored, self.checks = [], [], {}, [], []
+        return outputs
 
     # ------------------------------------------------------------ roles
     @property

@@ -21,7 +21,7 @@ from ..wire.seqnum import seq_hex
 from .findings import BUCKET_MS
 from .server_registry import check_text, fact_text, servers_named
 from .replica_store import DirObject
-from .replication import PURGE_STATE_NAMES, Outbound, Replica
+from .replication import PURGE_STATE_NAMES, Outbound, Replica, ReplicaOutputs
 
 OUTBOUND_NAMESPACE = uuid.UUID("6f0c3d1e-5a8b-4c1e-9d2f-2b7e4a9c0d11")
 
@@ -200,17 +200,17 @@ def _object_row(r: Replica, guid: str, obj: DirObject, deleted: bool, at_ms: int
             "updated_at": ts(at_ms)}
 
 
-def deleted_rows(r: Replica) -> list:
+def deleted_rows(r: Replica, outputs: ReplicaOutputs) -> list:
     """updated_at is the event time of the entry's last change (not the micro-batch's last event)."""
     return [("deleted_objects", {
         "server": r.name, "identifier": ident, "partition_id": d.partition_id, "seq_number": seq_hex(d.seq_number),
         "object_type": OBJECT_TYPE_NAMES.get(d.object_type, str(d.object_type)), "scope": d.scope, "status": status,
-        "updated_at": ts(at)}) for ident, (d, status, at) in r.deleted_touched.items()]
+        "updated_at": ts(at)}) for ident, (d, status, at) in outputs.deleted_touched.items()]
 
 
-def pending_rows(r: Replica) -> list:
+def pending_rows(r: Replica, outputs: ReplicaOutputs) -> list:
     latest = {}
-    for e in r.pending_events:                     # the last status of each change wins
+    for e in outputs.pending_events:                     # the last status of each change wins
         latest[(e.partition_id, e.change.seq_number)] = e
     return [("pending_changes", {
         "server": r.name, "partition_id": pid, "seq_number": seq_hex(seq),
@@ -220,11 +220,11 @@ def pending_rows(r: Replica) -> list:
         for (pid, seq), e in latest.items()]
 
 
-def outbound_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list:
+def outbound_rows(r: Replica, outputs: ReplicaOutputs, batch_ms: int, id_scope: str = "") -> list:
     """Message ids are uuid5 of (scope, server, running count): the same after a replay from the
     checkpoint, and distinct between jobs whose scope (the checkpoint's query id) differs."""
     rows = []
-    for o in r.out:
+    for o in outputs.sent:
         r.s.messages_sent += 1
         message_id = str(uuid.uuid5(OUTBOUND_NAMESPACE, f"{id_scope}:{r.name.lower()}:{r.s.messages_sent}"))
         rows.append(("outbound_messages", outbound_row(r, o, message_id, o.sent_ms if o.sent_ms is not None
@@ -277,7 +277,7 @@ def finding_rows(r: Replica) -> list:
     return rows
 
 
-def registry_rows(r: Replica, versions: list) -> list[tuple[str, dict]]:
+def registry_rows(r: Replica, outputs: ReplicaOutputs, versions: list) -> list[tuple[str, dict]]:
     """What the server registry learns from a step (streaming.operators.server_registry): the
     directory servers its stored objects name, each at the earliest time of the step it was stored
     at, and the senders the replica did not know itself."""
@@ -287,19 +287,18 @@ def registry_rows(r: Replica, versions: list) -> list[tuple[str, dict]]:
             for name in servers_named(obj.object_type, obj.properties):
                 named[name] = min(named.get(name, at), at)
     rows = [(REGISTRY, {"event_ms": at, "text": fact_text(name)}) for name, at in sorted(named.items())]
-    rows += [(REGISTRY, {"event_ms": c.at_ms, "text": check_text(c)}) for c in r.checks]
-    r.checks = []
+    rows += [(REGISTRY, {"event_ms": c.at_ms, "text": check_text(c)}) for c in outputs.checks]
     return rows
 
 
 def step_rows(r: Replica, batch_ms: int, id_scope: str = "") -> list[tuple[str, dict]]:
-    """Every sink row one step produced, and what it hands on (REGISTRY); clears the step's
-    collected changes."""
+    """Every sink row one step produced, and what it hands on (REGISTRY); takes the step's collected
+    changes and outputs."""
     touched, removed, touched_at = r.store.take_changes()
     versions = r.store.take_versions()
+    outputs = r.take_outputs()
     contents = [_content(guid, obj, removed) for guid, obj, removed, _at, _kind in versions]   # once each
     rows = (server_rows(r) + object_rows(r, touched, removed, touched_at) + version_rows(r, versions, contents)
-            + history_rows(r, versions, contents) + deleted_rows(r) + pending_rows(r)
-            + outbound_rows(r, batch_ms, id_scope) + finding_rows(r) + registry_rows(r, versions))
-    r.out, r.pending_events, r.deleted_touched, r.ignored = [], [], {}, []
+            + history_rows(r, versions, contents) + deleted_rows(r, outputs) + pending_rows(r, outputs)
+            + outbound_rows(r, outputs, batch_ms, id_scope) + finding_rows(r) + registry_rows(r, outputs, versions))
     return rows
