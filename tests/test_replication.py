@@ -323,6 +323,16 @@ def test_a_psc_acks_every_256th_change_and_a_bsc_does_not():
     assert not [o for o in bsc.out if isinstance(o.message, mqdsrp.PSCAckMessage)]
 
 
+def test_the_initial_sync_is_outstanding_until_its_reply_and_again_from_a_sync0():
+    s = Server()
+    p = s.partition()
+    assert p.initial_sync_outstanding and p.change_missing_window == MAX_SEQ_NUMBER
+    s.send(sync_reply([create_queue(1, 1)], 0, 1))
+    assert not p.initial_sync_outstanding and p.change_missing_window == MIN_SEQ_NUMBER
+    s.send(mqdsrp.new_message(SITE, mqdsrp.AlreadyPurgedMessage(SITE, 40)))
+    assert s.partition().initial_sync_outstanding
+
+
 def test_take_outputs_hands_over_what_the_step_collected_and_forgets_it():
     s = Server()
     r = s.send(mqdsrp.new_message(SITE, mqdsrp.AlreadyPurgedMessage(SITE, 40)))

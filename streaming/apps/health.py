@@ -6,12 +6,15 @@ Pure functions over rows read through a SinkReader; event times are the sink's t
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from ..operators import replication
 from ..operators.replication import PurgeState
 from ..sinks import as_bool
+from ..wire.seqnum import seq_hex
 
 PURGE_STATES = tuple(state.label for state in PurgeState)        # replication_partitions.purge_state
 SYNC0_STATES = tuple(state.label for state in PurgeState if state != PurgeState.NORMAL)
-NO_WINDOW, INITIAL_WINDOW = "0" * 16, "f" * 16          # ChangeMissingWindow (MC-MQDSRP 3.1.1.2.3)
+# replication_partitions.change_missing_window's two marks (MC-MQDSRP 3.1.1.2.3)
+NO_WINDOW, INITIAL_WINDOW = seq_hex(replication.NO_WINDOW), seq_hex(replication.INITIAL_SYNC_WINDOW)
 
 
 def epoch_s(value) -> float | None:

@@ -75,6 +75,9 @@ class IllegalPurgeMove(RuntimeError):
 
 PURGE_NORMAL, PURGE_STARTSYNC0, PURGE_SYNC0, PURGE_COMPLETESYNC0 = PurgeState
 PURGE_STATE_NAMES = {state: state.label for state in PurgeState}
+# ChangeMissingWindow's two marks (3.1.1.2.3; digest: MAX = an initial or full sync is outstanding,
+# MIN = nothing outstanding); any other value is the upper end of a missing range asked for
+INITIAL_SYNC_WINDOW, NO_WINDOW = MAX_SEQ_NUMBER, MIN_SEQ_NUMBER
 SERVICE_BSC = 0x2
 MQ_OK, MQ_ERROR = 0, 0xC00E0001
 # The seed names these statuses without values; the reply carries MQ_ERROR and the table the name.
@@ -113,7 +116,7 @@ class Partition:
     allowed_purge_seq: int = MIN_SEQ_NUMBER
     purge_state: PurgeState = PurgeState.NORMAL
     previous_purged_seq: int = MIN_SEQ_NUMBER
-    change_missing_window: int = MAX_SEQ_NUMBER
+    change_missing_window: int = INITIAL_SYNC_WINDOW
     pending: list[DirectoryChange] = field(default_factory=list)
     initial_sync_sent: bool = False        # this implementation's: the 3.3.3 request went out
     # this implementation's, for the directory's health (docs/monitoring.md, "Metrics");
@@ -126,6 +129,10 @@ class Partition:
         if new not in PURGE_MOVES[self.purge_state]:
             raise IllegalPurgeMove(f"partition {self.partition_id}: PurgeState {self.purge_state.name} -> {new.name}")
         self.purge_state = new
+
+    @property
+    def initial_sync_outstanding(self) -> bool:
+        return self.change_missing_window == INITIAL_SYNC_WINDOW
 
 
 @dataclass
@@ -280,7 +287,7 @@ class Replica:
         Its destination (the PEC's name, a BSC's PSC, the server's own role) may only
         be learnt from the traffic: then it goes out as soon as it is known, with that same From."""
         for p in list(self.s.partitions.values()):
-            if not p.initial_sync_sent and not self.owns(p) and p.change_missing_window == MAX_SEQ_NUMBER:
+            if not p.initial_sync_sent and not self.owns(p) and p.initial_sync_outstanding:
                 self.send_sync_request(p, "initial", from_seq=MIN_SEQ_NUMBER)
 
     # ------------------------------------------------------------ dispatch (3.1.5.1)
@@ -727,10 +734,10 @@ class Replica:
             elif hdr.complete_sync0 == 1:
                 self.send_sync_request(p, "sync0")
         elif p.purge_state == PURGE_NORMAL:
-            if p.change_missing_window == MAX_SEQ_NUMBER:
-                p.change_missing_window = MIN_SEQ_NUMBER
+            if p.initial_sync_outstanding:
+                p.change_missing_window = NO_WINDOW
             elif p.change_missing_window == hdr.to_seq_number:
-                p.change_missing_window = MIN_SEQ_NUMBER
+                p.change_missing_window = NO_WINDOW
                 self._close_window(p, hdr.to_seq_number)
             self.check_pending_changes(p)
 
@@ -777,7 +784,7 @@ class Replica:
         if p is None or self.owns(p):
             return
         if p.last_seq >= msg.purged_seq_number or p.purged_seq >= msg.purged_seq_number:
-            if p.change_missing_window == MAX_SEQ_NUMBER and p.purge_state == PURGE_NORMAL:
+            if p.initial_sync_outstanding and p.purge_state == PURGE_NORMAL:
                 # [INFERENCE] the initial request was answered with AlreadyPurged, but this replica has
                 # meanwhile caught up past the purge horizon: ask again from where it is now, or the
                 # window would stay at MAX and no gap would ever be requested again.
@@ -790,7 +797,7 @@ class Replica:
         if p.last_seq >= purged_seq or p.purged_seq >= purged_seq:
             return
         p.move_purge_state(PurgeState.STARTSYNC0)
-        p.last_seq, p.change_missing_window, p.purged_seq = MIN_SEQ_NUMBER, MAX_SEQ_NUMBER, purged_seq
+        p.last_seq, p.change_missing_window, p.purged_seq = MIN_SEQ_NUMBER, INITIAL_SYNC_WINDOW, purged_seq
         for change in p.pending:
             self.pending_events.append(PendingEvent(p.partition_id, change, "cleared", self.s.now_ms))
         p.pending = []
@@ -822,7 +829,7 @@ class Replica:
                 del self.s.deleted[identifier]
                 self.deleted_touched[identifier] = (d, "removed-by-sync0", self.s.now_ms)
         p.move_purge_state(PurgeState.NORMAL)
-        p.change_missing_window = MIN_SEQ_NUMBER
+        p.change_missing_window = NO_WINDOW
         self.check_pending_changes(p)
 
     # ------------------------------------------------------------ 3.2.7.4 / 3.2.7.5 acks
