@@ -7,7 +7,8 @@ import pytest
 from streaming.operators.replica_store import DictBackend, ObjectStore
 from streaming.operators.replication import (
     MQ_ERROR, MQ_OK, PEC_PARTITION_ID, PENDING_LIMIT, PURGE_COMPLETESYNC0, PURGE_MOVES, PURGE_NORMAL, PURGE_SYNC0,
-    IllegalPurgeMove, PurgeState, Replica, ReplicaOutputs, ServerState, state_from_bytes, state_to_bytes)
+    IllegalPurgeMove, PurgeState, Replica, ReplicaOutputs, ServerState)
+from streaming.operators.replica_state import STATE_VERSION, state_from_bytes, state_to_bytes
 from streaming.wire import mqdsrp
 from streaming.wire.properties import Property
 from streaming.wire.propids import propid
@@ -331,6 +332,13 @@ def test_the_initial_sync_is_outstanding_until_its_reply_and_again_from_a_sync0(
     assert not p.initial_sync_outstanding and p.change_missing_window == MIN_SEQ_NUMBER
     s.send(mqdsrp.new_message(SITE, mqdsrp.AlreadyPurgedMessage(SITE, 40)))
     assert s.partition().initial_sync_outstanding
+
+
+def test_a_state_of_another_layout_version_is_refused_with_its_name_and_version():
+    raw = marshal.loads(state_to_bytes(ServerState("bsc1")))
+    assert raw[0] == STATE_VERSION == 1
+    with pytest.raises(ValueError, match=r"replica state of 'bsc1' is of version 2: this release reads version 1"):
+        state_from_bytes(marshal.dumps((2, *raw[1:])))
 
 
 def test_take_outputs_hands_over_what_the_step_collected_and_forgets_it():

@@ -21,7 +21,8 @@ from .stateful import (ARRIVAL_ORDER, GuardedSteps, dead_letter, replace_timers,
 from ..operators.findings import evidence
 from ..operators.notification_rows import FirstArrivals
 from ..operators.replica_store import ObjectStore
-from ..operators.replication import Replica, ServerState, state_from_bytes, state_to_bytes
+from ..operators.replica_state import state_from_bytes, state_to_bytes
+from ..operators.replication import Replica, ServerState
 from ..operators.replication_rows import REGISTRY, step_rows
 from ..wire import WireError, decode
 
