@@ -33,6 +33,7 @@ writer puts a key's rows back in the order it wrote them, whatever the shuffles 
 import itertools
 import re
 import zlib
+from collections import namedtuple
 
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -62,7 +63,9 @@ FIRST_DDL = ("route_key string, event_time timestamp, " + SINK_DDL + ", event_ms
              "topic string, partition int, offset bigint, body binary, message_id string, "
              "sender_identifier_type string, authentication_level string, source_machine string, "
              "destination_machine string, destination_queue string, capture string")
-_NO_INPUT = (None,) * len(ROW_FIELDS)
+# A row the first operator yields: a sink row (route_key and SINK_COLUMNS) or a row for the second
+# operator (route_key and ROW_FIELDS); whatever a row is not stays None.
+FirstRow = namedtuple("FirstRow", FIRST_COLUMNS, defaults=(None,) * len(FIRST_COLUMNS))
 # the queue manager a notification goes to: the GUID of a PRIVATE= format name (MQCN 1.9), else the
 # destination machine
 _PRIVATE_QUEUE = re.compile(r"^PRIVATE=\{?([0-9a-f-]{36})", re.IGNORECASE)
@@ -122,16 +125,15 @@ class DirectoryProcessor(StatefulProcessor):
                 if table == VERSIONS:
                     by_owner.setdefault(owner, []).append((int(ms), text.encode()))
                 else:
-                    rows.append((SERVERS, None, None, None, None, None, int(ms), REGISTRY, None, None, None,
-                                 text.encode(), None, None, None, None, None, None, None))
-            rows += [(owner, None, None, None, None, None, versions[0][0], DIRECTORY_VERSIONS, None, None, None,
-                      pack_versions(versions), None, None, None, None, None, None, None)
+                    rows.append(FirstRow(SERVERS, event_ms=int(ms), kind=REGISTRY, body=text.encode()))
+            rows += [FirstRow(owner, event_ms=versions[0][0], kind=DIRECTORY_VERSIONS, body=pack_versions(versions))
                      for owner, versions in by_owner.items()]
         return pd.DataFrame(rows, columns=list(FIRST_COLUMNS), dtype=object)
 
     def _sink_rows(self, origin: str, tables: list, chunks: list) -> list[tuple]:
         route = sink_route(origin)
-        return [(route, None, origin, next(self.seq), table, data) + _NO_INPUT for table, data in zip(tables, chunks)]
+        return [FirstRow(route, origin=origin, seq=next(self.seq), table_name=table, rows=data)
+                for table, data in zip(tables, chunks)]
 
     def _pass_on(self, origin: str, frames):
         for frame in frames:
@@ -139,9 +141,10 @@ class DirectoryProcessor(StatefulProcessor):
             counted = frame["summary"][summary].tolist()
             rows = self._sink_rows(origin, [RAW_SUMMARY] * len(counted), counted)
             records = frame[~summary]
-            rows += [(queue_manager_key(queue, machine), None, None, None, None, None, int(ms), "mqcn", topic,
-                      int(partition), int(offset), body, message_id, sender_type, level, source, machine, queue,
-                      capture)
+            rows += [FirstRow(queue_manager_key(queue, machine), event_ms=int(ms), kind="mqcn", topic=topic,
+                               partition=int(partition), offset=int(offset), body=body, message_id=message_id,
+                               sender_identifier_type=sender_type, authentication_level=level, source_machine=source,
+                               destination_machine=machine, destination_queue=queue, capture=capture)
                      for ms, topic, partition, offset, body, message_id, sender_type, level, source, machine, queue,
                      capture in zip(*(records[c].tolist() for c in (
                          "arrival_ms", "topic", "partition", "offset", "body", "message_id", "sender_identifier_type",
