@@ -28,6 +28,7 @@ import itertools
 import zlib
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 from ..wire import mqdsrp
 from ..wire.guid import GUID_NULL
@@ -204,6 +205,13 @@ class PendingEvent:
     change: DirectoryChange
     status: str                     # pending, applied, stale, dropped (collection full), cleared (sync0)
     at_ms: int = 0                  # the event time of the status change
+
+
+class Handled(NamedTuple):
+    """What a Handle Directory event returns to Handle In-Sync Change (3.1.7.2.3: rStatus and
+    needFlush): whether the change applied, and whether the BSCs get it flushed at once."""
+    applied: bool
+    flush: bool
 
 
 @dataclass
@@ -440,17 +448,14 @@ class Replica:
         path = change.path_name if change.use_guid == 0 else None
         guid = change.guid_identifier if change.use_guid == 1 else None
         if change.command == mqdsrp.CMD_CREATE:
-            ok, need_flush = self.handle_directory_create(p, object_type, path, change.properties, change.seq_number)
+            handled = self.handle_directory_create(p, object_type, path, change.properties, change.seq_number)
         elif change.command == mqdsrp.CMD_UPDATE:
-            ok, need_flush = self.handle_directory_update(p, object_type, path, guid, change.properties,
-                                                          change.seq_number)
+            handled = self.handle_directory_update(p, object_type, path, guid, change.properties, change.seq_number)
         elif change.command == mqdsrp.CMD_DELETE:
-            ok, need_flush = self.handle_directory_delete(p, *_delete_type_and_scope(change), path, guid,
-                                                          change.seq_number)
+            handled = self.handle_directory_delete(p, *_delete_type_and_scope(change), path, guid, change.seq_number)
         else:
-            ok, need_flush = self.handle_directory_sync(p, object_type, path, guid, change.properties,
-                                                        change.seq_number)
-        if not ok:
+            handled = self.handle_directory_sync(p, object_type, path, guid, change.properties, change.seq_number)
+        if not handled.applied:
             return False
         p.last_seq, p.last_change_ms = change.seq_number, self.s.now_ms
         if p.purge_state == PURGE_NORMAL:
@@ -458,7 +463,7 @@ class Replica:
                 bsc.available.append(change)
                 if bsc.next_tick_ms is None:
                     bsc.next_tick_ms = self.s.now_ms + INTRASITE_MS
-                if flush and need_flush:
+                if flush and handled.flush:
                     self.send_change_propagation(bsc, flush=True)
         if p.last_seq > add(p.previous_purged_seq, PURGE_EVERY):
             self.purge_deleted_objects(p)
@@ -525,7 +530,7 @@ class Replica:
         return obj
 
     # ------------------------------------------------------------ 3.1.7.2.5 Handle Directory Create
-    def handle_directory_create(self, p, object_type, path, properties, seq) -> tuple[bool, bool]:
+    def handle_directory_create(self, p, object_type, path, properties, seq) -> Handled:
         obj = self._create_object(p, object_type, path, None, properties, seq)
         need_flush = False
         if object_type == MQDS_SITE:
@@ -535,7 +540,7 @@ class Replica:
             self.handle_enterprise_update(p, obj.properties)     # [INFERENCE] the administrator's PEC name
         elif object_type == MQDS_MACHINE:
             self._machine_seen(p, obj)
-        return True, need_flush
+        return Handled(True, need_flush)
 
     def _site_appeared(self, site_id: str, psc_name: str) -> None:
         """A site's partition and, on a PSC, its PSC neighbour (3.1.7.2.5 / 3.1.7.2.11 with the digest's
@@ -567,22 +572,22 @@ class Replica:
             self.s.bsc_neighbors.pop(name, None)
 
     # ------------------------------------------------------------ 3.1.7.2.6 Handle Directory Update
-    def handle_directory_update(self, p, object_type, path, guid, properties, seq) -> tuple[bool, bool]:
+    def handle_directory_update(self, p, object_type, path, guid, properties, seq) -> Handled:
         obj = self._update_object(p, path, guid, properties, seq)
         if obj is None:
             self.ignore("update", f"{MQDS_OBJECT_NOT_FOUND}: {guid or path}")
-            return False, False
+            return Handled(False, False)
         changed = {prop.prop_id: prop.value for prop in properties}
         if object_type == MQDS_SITE:
-            return True, self.handle_site_update(obj.guid, changed, sync=False)
+            return Handled(True, self.handle_site_update(obj.guid, changed, sync=False))
         if object_type == MQDS_ENTERPRISE:
-            return True, self.handle_enterprise_update(p, changed)
+            return Handled(True, self.handle_enterprise_update(p, changed))
         if object_type == MQDS_MACHINE:
             self._machine_seen(p, obj)
-        return True, False
+        return Handled(True, False)
 
     # ------------------------------------------------------------ 3.1.7.2.7 Handle Directory Delete
-    def handle_directory_delete(self, p, object_type, scope, path, guid, seq) -> tuple[bool, bool]:
+    def handle_directory_delete(self, p, object_type, scope, path, guid, seq) -> Handled:
         key = self._resolve(path, guid)
         # the removal is recorded with the deletion's SeqNumber (as deleted_objects has it), so it
         # orders after every version of the object: after a sync0 reset (3.3.7.10: every object's
@@ -606,10 +611,10 @@ class Replica:
             need_flush = True
         if object_type == MQDS_MACHINE and obj is not None and self.is_psc():
             self.s.bsc_neighbors.pop(obj.properties.get(QM_PATHNAME) or obj.path_name, None)
-        return True, need_flush
+        return Handled(True, need_flush)
 
     # ------------------------------------------------------------ 3.1.7.2.8 Handle Directory Sync
-    def handle_directory_sync(self, p, object_type, path, guid, properties, seq) -> tuple[bool, bool]:
+    def handle_directory_sync(self, p, object_type, path, guid, properties, seq) -> Handled:
         key = self._resolve(path, guid)
         existing = self.store.get(key) if key else None
         if existing is None:
@@ -620,12 +625,12 @@ class Replica:
             self.deleted_touched[key] = (self.s.deleted.pop(key), "resynchronised", self.s.now_ms)
         changed = {prop.prop_id: prop.value for prop in properties}
         if object_type == MQDS_ENTERPRISE:
-            return True, self.handle_enterprise_update(p, changed)
+            return Handled(True, self.handle_enterprise_update(p, changed))
         if object_type == MQDS_SITE:
-            return True, self.handle_site_update(obj.guid, changed, sync=True)
+            return Handled(True, self.handle_site_update(obj.guid, changed, sync=True))
         if object_type == MQDS_MACHINE:
             self._machine_seen(p, obj)
-        return True, False
+        return Handled(True, False)
 
     # ------------------------------------------------------------ 3.1.7.2.9 Purge Deleted Objects
     def purge_deleted_objects(self, p: Partition) -> None:
