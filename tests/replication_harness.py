@@ -165,7 +165,7 @@ class OfflineJob:
     def _collect(self, r: Replica) -> None:
         r.store.flush()
         versions = []
-        for table, row in step_rows(r, r.s.now_ms):
+        for table, row in step_rows(r, r.state.now_ms):
             if table == "directory_history":        # properties: its JSON text, as the sink stores it
                 row = {**row, "properties": json.loads(row["properties"])}
                 self.history.append(row)

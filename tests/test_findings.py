@@ -192,7 +192,7 @@ def test_a_flood_blames_its_sender_not_the_others_that_write_in_the_same_minute(
     for i in range(8):
         qm.look_for_findings(Notification(f"m{i}", 1_000 + i, 2, None, "Sig20", "flooder"))
     qm.look_for_findings(Notification("legit", 2_000, 2, None, "Sig20", "ds1"))
-    rows = [r for _t, r in qm.s.findings.rows()]
+    rows = [r for _t, r in qm.state.findings.rows()]
     assert [(r["kind"], r["source"], r["count"]) for r in rows] == [("mqcn-flood", "flooder", 3)]
     assert rows[0]["detail"] == {"per_minute_limit": 5, "most_in_a_minute": 8}
 
@@ -227,8 +227,8 @@ def test_a_notification_that_raises_when_processed_is_counted_however_the_batche
             qm, bad_rows, bad_pending = advance(
                 lambda: QueueManager(pickle.loads(stored) if stored else QMState(victim["target"])), batch, watermark)
             poisoned += len(bad_rows) + len(bad_pending)
-            found.update({(r["kind"], r["source"], r["bucket"]): r["count"] for _t, r in qm.s.findings.rows()})
-            stored = pickle.dumps(qm.s)
+            found.update({(r["kind"], r["source"], r["bucket"]): r["count"] for _t, r in qm.state.findings.rows()})
+            stored = pickle.dumps(qm.state)
         assert poisoned == 1
         counts.append(sum(n for (kind, _s, _b), n in found.items() if kind == "mqcn-unauthenticated"))
     assert counts[0] == counts[1] >= 1

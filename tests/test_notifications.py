@@ -63,7 +63,7 @@ def at_arrival(qm: QueueManager, n) -> None:
 
 
 def attr(qm, n, name):
-    return qm.s.queues[guid(n)].attributes[f"PROPID_{name}"]
+    return qm.state.queues[guid(n)].attributes[f"PROPID_{name}"]
 
 
 def queue_version(n, at, seq, deleted=False, **props):
@@ -100,17 +100,17 @@ def test_v1_queue_manager_update_sets_quota_journal_quota_and_security():
                                     P("QM_JOURNAL_QUOTA", 8), P("QM_SECURITY", b"\xaa"), P("QM_OS", 3)],
                              DS, guid_identifier=QM)
     qm.receive(v1([update], T0))
-    assert (qm.s.quota, qm.s.journal_quota, qm.s.security) == (9, 8, "aa")
+    assert (qm.state.quota, qm.state.journal_quota, qm.state.security) == (9, 8, "aa")
 
 
 def test_v1_delete_needs_mqds_queue_in_the_second_value():
     qm = immediate()
     qm.receive(v1([create(1)], T0))
     qm.receive(v1([delete(1, objtype=2)], T0 + 1))
-    assert not qm.s.queues[guid(1)].deleted
+    assert not qm.state.queues[guid(1)].deleted
     assert qm.outcomes[-1].outcome == "discarded" and "MQDS_QUEUE" in qm.outcomes[-1].reason
     qm.receive(v1([delete(1)], T0 + 2))
-    assert qm.s.queues[guid(1)].deleted
+    assert qm.state.queues[guid(1)].deleted
 
 
 def test_an_update_or_delete_naming_its_queue_by_path_name_references_that_queue():
@@ -126,13 +126,13 @@ def test_an_update_or_delete_naming_its_queue_by_path_name_references_that_queue
     assert attr(qm, 1, "Q_QUOTA") == 5 and attr(qm, 2, "Q_QUOTA") == 100
     step_rows(qm)
     qm.receive(v1([mqcn.new_update(0x02, [P("D_SCOPE", 1), P("D_OBJTYPE", 1)], DS, path_name="qm\\q1")], T0 + 2))
-    assert qm.s.queues[guid(1)].deleted and not qm.s.queues[guid(2)].deleted
+    assert qm.state.queues[guid(1)].deleted and not qm.state.queues[guid(2)].deleted
     assert qm.outcomes[-1].outcome == "applied" and qm.outcomes[-1].object_guid == guid(1)
     qm.receive(v1([mqcn.new_update(0x02, [P("D_SCOPE", 1), P("D_OBJTYPE", 1)], DS, path_name="qm\\q1")], T0 + 3))
     assert qm.outcomes[-1].outcome == "ignored" and "no queue with this PathName" in qm.outcomes[-1].reason
     qm.receive(v1([create(3), mqcn.new_update(0x02, [P("D_SCOPE", 1), P("D_OBJTYPE", 1)], DS,
                                               path_name="qm\\q3")], T0 + 4))       # the message that showed it
-    assert qm.s.queues[guid(3)].deleted and None not in qm.s.queues
+    assert qm.state.queues[guid(3)].deleted and None not in qm.state.queues
     rows = step_rows(qm)
     assert rows and all(r.get("queue_guid", "") is not None for _t, r in rows)
 
@@ -144,7 +144,7 @@ def test_an_update_or_delete_naming_its_queue_by_path_name_references_that_queue
 def test_unauthenticated_v1_is_disregarded_whole(sender, auth, why):
     qm = immediate()
     qm.receive(v1([create(1), create(2)], T0, sender=sender, auth=auth))
-    assert qm.s.queues == {}
+    assert qm.state.queues == {}
     assert [o.outcome for o in qm.outcomes] == ["discarded", "discarded"] and why in qm.outcomes[0].reason
 
 
@@ -152,7 +152,7 @@ def test_a_bad_object_type_disregards_the_whole_message():
     qm = immediate()
     site = mqcn.new_update(0x01, [P("S_PATHNAME", "x")], DS, guid_identifier=guid(9))
     qm.receive(v1([create(1), site], T0))
-    assert qm.s.queues == {} and "object type 3" in qm.outcomes[0].reason
+    assert qm.state.queues == {} and "object type 3" in qm.outcomes[0].reason
 
 
 # ---------------------------------------------------------------- 3.2.5.2 version 0x02
@@ -187,7 +187,7 @@ def test_a_version_that_reaches_the_operator_late_corrects_an_earlier_read():
 def test_v2_for_an_object_no_replica_holds_waits_until_it_appears():
     qm = batched()
     at_arrival(qm, v2(1, guid(1), T0))
-    assert qm.outcomes[-1].outcome == "unresolved" and guid(1) not in qm.s.queues
+    assert qm.outcomes[-1].outcome == "unresolved" and guid(1) not in qm.state.queues
     qm.directory_object(guid(1), queue_version(1, T0 + 500, 3))
     assert qm.outcomes[-1].outcome == "applied" and "appeared" in qm.outcomes[-1].reason
     assert attr(qm, 1, "Q_LABEL") == "dir"
@@ -198,13 +198,13 @@ def test_v2_delete_needs_no_read_and_change_machine_reads_the_queue_manager():
     qm.directory_object(guid(1), queue_version(1, T0, 5))
     at_arrival(qm, v2(1, guid(1), T0 + 1))
     at_arrival(qm, v2(3, guid(1), T0 + 2))
-    assert qm.s.queues[guid(1)].deleted
+    assert qm.state.queues[guid(1)].deleted
     qm.directory_object(QM, Version(T0, "bsc1", 9, False, "machine",
                                     {"PROPID_QM_QUOTA": 1, "PROPID_QM_JOURNAL_QUOTA": 2, "PROPID_QM_SECURITY": "ff"}))
     qm.directory_object(QM, Version(T0 + 5, "bsc1", 10, False, "machine",
                                     {"PROPID_QM_QUOTA": 11, "PROPID_QM_JOURNAL_QUOTA": 12, "PROPID_QM_SECURITY": "ee"}))
     at_arrival(qm, v2(4, QM, T0 + 10))
-    assert (qm.s.quota, qm.s.journal_quota, qm.s.security) == (11, 12, "ee")
+    assert (qm.state.quota, qm.state.journal_quota, qm.state.security) == (11, 12, "ee")
 
 
 def test_other_v2_events_are_ignored():
@@ -217,12 +217,12 @@ def test_other_v2_events_are_ignored():
 def test_after_a_quiet_period_the_first_notification_starts_a_one_minute_timer():
     qm = batched()
     qm.receive(v1([create(1)], T0))
-    assert qm.next_timer_ms() == T0 + MINUTE and guid(1) not in qm.s.queues
+    assert qm.next_timer_ms() == T0 + MINUTE and guid(1) not in qm.state.queues
     qm.receive(v1([create(2)], T0 + 30_000))
     qm.on_timer(T0 + MINUTE - 1)
-    assert qm.s.queues == {}
+    assert qm.state.queues == {}
     qm.on_timer(T0 + MINUTE)
-    assert set(qm.s.queues) == {guid(1), guid(2)}
+    assert set(qm.state.queues) == {guid(1), guid(2)}
     (batch,) = qm.batches
     assert (batch.timer_started_ms, batch.fired_ms, batch.count, batch.refresh_all) == (T0, T0 + MINUTE, 2, False)
 
@@ -268,7 +268,7 @@ def test_a_hundred_notifications_in_one_window_are_dropped_for_a_refresh(count, 
 def test_immediate_mode_processes_on_arrival():
     qm = immediate()
     qm.receive(v1([create(1)], T0))
-    assert guid(1) in qm.s.queues and qm.next_timer_ms() is None
+    assert guid(1) in qm.state.queues and qm.next_timer_ms() is None
 
 
 def test_the_notify_queue_names_the_queue_manager():
@@ -284,10 +284,10 @@ def test_a_late_replica_row_never_brings_back_a_queue_a_later_event_3_deleted():
     at_arrival(qm, v2(1, guid(1), T0 + 100))
     at_arrival(qm, v2(3, guid(1), T0 + 200))
     qm.directory_object(guid(1), queue_version(1, T0 + 50, 6, Q_LABEL="late"))
-    assert qm.s.queues[guid(1)].deleted
+    assert qm.state.queues[guid(1)].deleted
     assert attr(qm, 1, "Q_LABEL") == "late"                    # it still corrects the read it belongs to
     qm.directory_object(guid(1), queue_version(1, T0 + 150, 7, deleted=True))
-    assert qm.s.queues[guid(1)].deleted
+    assert qm.state.queues[guid(1)].deleted
 
 
 @pytest.mark.parametrize("mode", ["refresh", "event 1"])
@@ -343,7 +343,7 @@ def test_events_1_and_2_read_queues_only():
     at_arrival(qm, v1([mqcn.new_update(0x01, [P("QM_MACHINE_ID", QM), P("QM_FOREIGN", 0), P("QM_QUOTA", 50)],
                                        DS, guid_identifier=QM)], T0 + 1))
     at_arrival(qm, v2(1, QM, T0 + 10))
-    assert qm.s.quota == 50 and QM not in qm.s.queues
+    assert qm.state.quota == 50 and QM not in qm.state.queues
     assert qm.outcomes[-1].outcome == "ignored" and "not as a queue" in qm.outcomes[-1].reason
 
 
@@ -352,11 +352,11 @@ def test_event_2_updates_only_a_queue_of_the_queue_collection():
     qm = batched()
     qm.directory_object(guid(1), queue_version(1, T0, 5))
     at_arrival(qm, v2(2, guid(1), T0 + 10))
-    assert guid(1) not in qm.s.queues and qm.outcomes[-1].outcome == "ignored"
+    assert guid(1) not in qm.state.queues and qm.outcomes[-1].outcome == "ignored"
     at_arrival(qm, v2(1, guid(1), T0 + 20))
     at_arrival(qm, v2(3, guid(1), T0 + 30))
     at_arrival(qm, v2(2, guid(1), T0 + 40))                    # a replica still shows it live
-    assert qm.s.queues[guid(1)].deleted and qm.outcomes[-1].outcome == "ignored"
+    assert qm.state.queues[guid(1)].deleted and qm.outcomes[-1].outcome == "ignored"
 
 
 def test_immediate_mode_ignores_version_2_messages():
@@ -364,7 +364,7 @@ def test_immediate_mode_ignores_version_2_messages():
     qm = immediate()
     qm.directory_object(guid(1), queue_version(1, T0, 5))
     qm.receive(v2(1, guid(1), T0 + 10))
-    assert guid(1) not in qm.s.queues
+    assert guid(1) not in qm.state.queues
     assert qm.outcomes[-1].outcome == "ignored" and "note <4>" in qm.outcomes[-1].reason
 
 
@@ -375,7 +375,7 @@ def test_a_read_no_replica_answers_gets_a_final_outcome():
     assert qm.next_timer_ms() == T0 + 15 * MINUTE
     qm.on_timer(T0 + 15 * MINUTE)
     assert qm.outcomes[-1].outcome == "ignored" and "Read Directory found nothing" in qm.outcomes[-1].reason
-    assert qm.s.unresolved == {} and qm.next_timer_ms() is None
+    assert qm.state.unresolved == {} and qm.next_timer_ms() is None
 
 
 def test_only_private_queue_3_is_the_notification_queue():
@@ -384,11 +384,11 @@ def test_only_private_queue_3_is_the_notification_queue():
     n = v1([create(1)], T0)
     n.destination_queue = f"PRIVATE={QM}\\5"
     qm.receive(n)
-    assert qm.s.queues == {} and qm.outcomes[-1].outcome == "ignored" and "MQCN 1.9" in qm.outcomes[-1].reason
+    assert qm.state.queues == {} and qm.outcomes[-1].outcome == "ignored" and "MQCN 1.9" in qm.outcomes[-1].reason
     n = v1([create(1)], T0 + 1)
     n.destination_queue = f"PRIVATE={QM}\\3"
     qm.receive(n)
-    assert guid(1) in qm.s.queues
+    assert guid(1) in qm.state.queues
 
 
 # ---------------------------------------------------------------- reads exactly as of the timer
@@ -408,12 +408,12 @@ def test_versions_are_forgotten_only_when_no_pending_read_can_need_them():
     for k in range(5):
         qm.directory_object(guid(1), queue_version(1, T0 + k * MINUTE, 5 + k))
     qm.forget_versions(T0 + 10 * MINUTE)
-    assert [v.seq_number for v in qm.s.directory[guid(1)]] == [9]
+    assert [v.seq_number for v in qm.state.directory[guid(1)]] == [9]
     for k in range(5):
         qm.directory_object(guid(2), queue_version(2, T0 + k * MINUTE, 5 + k))
     qm.receive(v2(1, guid(2), T0 + 30))                       # timer at T0 + 1 min + 30 s
     qm.forget_versions(T0 + 10 * MINUTE)
-    assert [v.seq_number for v in qm.s.directory[guid(2)]] == [6, 7, 8, 9]
+    assert [v.seq_number for v in qm.state.directory[guid(2)]] == [6, 7, 8, 9]
 
 
 def test_a_refresh_does_not_bring_in_a_queue_whose_only_version_is_later():
@@ -422,11 +422,11 @@ def test_a_refresh_does_not_bring_in_a_queue_whose_only_version_is_later():
     qm.receive(v1([update_queue(2, Q_QUOTA=1)], T0, message_id="a"))
     qm.receive(v1([update_queue(3, Q_QUOTA=2)], T0 + 1, message_id="b"))
     qm.on_timer(T0 + MINUTE)
-    assert qm.batches[-1].refresh_all and guid(1) not in qm.s.queues
+    assert qm.batches[-1].refresh_all and guid(1) not in qm.state.queues
     qm.receive(v1([update_queue(1, Q_QUOTA=1)], T0 + 20 * MINUTE, message_id="c"))
     qm.receive(v1([update_queue(1, Q_QUOTA=2)], T0 + 20 * MINUTE + 1, message_id="d"))
     qm.on_timer(T0 + 30 * MINUTE)
-    assert guid(1) in qm.s.queues
+    assert guid(1) in qm.state.queues
 
 
 @pytest.mark.parametrize("version_first", [True, False])
@@ -440,9 +440,9 @@ def test_a_queue_a_dropped_notification_announced_comes_in_when_a_replica_shows_
     qm.receive(v1([update_queue(1, Q_QUOTA=2)], T0 + 1, message_id="b"))
     qm.on_timer(T0 + MINUTE)
     if not version_first:
-        assert guid(1) not in qm.s.queues
+        assert guid(1) not in qm.state.queues
         qm.directory_object(guid(1), later)
-    assert attr(qm, 1, "Q_LABEL") == "late replica" and qm.s.queues[guid(1)].read_ms == T0 + 10 * MINUTE
+    assert attr(qm, 1, "Q_LABEL") == "late replica" and qm.state.queues[guid(1)].read_ms == T0 + 10 * MINUTE
     assert {o.outcome for o in qm.outcomes} == {"superseded-by-refresh"}
 
 
@@ -457,7 +457,7 @@ def test_a_refresh_names_a_queue_again_the_instant_the_last_read_of_it_gives_up(
     else:
         qm.receive(v2(1, guid(1), T0, message_id="a"))
     qm.on_timer(T0 + MINUTE)
-    assert guid(1) in qm.s.unresolved and qm.s.last_processed_ms == T0 + MINUTE
+    assert guid(1) in qm.state.unresolved and qm.state.last_processed_ms == T0 + MINUTE
     qm.receive(v1([update_queue(1, Q_QUOTA=3)], T0 + 5 * MINUTE, message_id="c"))
     qm.receive(v1([update_queue(1, Q_QUOTA=4)], T0 + 5 * MINUTE + 1, message_id="d"))
     qm.on_timer(T0 + 16 * MINUTE)                              # the second window's refresh, at the tie
@@ -476,7 +476,7 @@ def test_a_refresh_rereads_the_queue_managers_own_attributes():
     qm.receive(v2(4, QM, T0 + 20, message_id="a"))
     qm.receive(v2(4, QM, T0 + 30, message_id="b"))
     qm.on_timer(T0 + MINUTE + 20)
-    assert qm.batches[-1].refresh_all and (qm.s.quota, qm.s.journal_quota) == (11, 12)
+    assert qm.batches[-1].refresh_all and (qm.state.quota, qm.state.journal_quota) == (11, 12)
 
 
 def test_events_1_and_2_finding_the_queue_deleted_leave_the_collection_as_it_is():
@@ -491,7 +491,7 @@ def test_events_1_and_2_finding_the_queue_deleted_leave_the_collection_as_it_is(
     qm.on_timer(T0 + MINUTE + 30)
     outcomes = {o.message_id: o.outcome for o in qm.outcomes}
     assert outcomes["e2"] == "ignored" and outcomes["u"] == "applied"
-    assert not qm.s.queues[guid(1)].deleted and attr(qm, 1, "Q_QUOTA") == 3
+    assert not qm.state.queues[guid(1)].deleted and attr(qm, 1, "Q_QUOTA") == 3
 
 
 # ---------------------------------------------------------------- property: whatever the micro-batching
@@ -582,8 +582,8 @@ def run_stream(stream, cuts, mode="batched"):
     qm.on_timer(stream[-1][-1] + 60 * MINUTE)
     for o in qm.outcomes:
         outcomes[(o.message_id, o.index)] = (o.outcome, o.reason, o.batch, o.processed_ms)
-    queues = {g: (q.deleted, sorted(q.attributes.items(), key=str)) for g, q in qm.s.queues.items()}
-    return queues, (qm.s.quota, qm.s.journal_quota, qm.s.security), outcomes
+    queues = {g: (q.deleted, sorted(q.attributes.items(), key=str)) for g, q in qm.state.queues.items()}
+    return queues, (qm.state.quota, qm.state.journal_quota, qm.state.security), outcomes
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -674,11 +674,11 @@ def test_a_change_never_brings_in_a_queue_that_no_refresh_found():
     qm.receive(v2(1, guid(1), T0, message_id="create"))
     qm.receive(v2(2, guid(1), T0 + 1, message_id="change1"))
     qm.on_timer(T0 + MINUTE)                                        # refresh 1: no replica holds q1
-    assert guid(1) in qm.s.unresolved and guid(1) not in qm.s.queues
+    assert guid(1) in qm.state.unresolved and guid(1) not in qm.state.queues
     qm.receive(v2(2, guid(2), T0 + 5 * MINUTE, message_id="other1"))
     qm.receive(v2(2, guid(3), T0 + 5 * MINUTE + 1, message_id="other2"))
     qm.on_timer(T0 + 16 * MINUTE)                                   # refresh 2, the instant q1's wait ends
-    assert qm.batches[-1].refresh_all and guid(1) not in qm.s.unresolved
+    assert qm.batches[-1].refresh_all and guid(1) not in qm.state.unresolved
     qm.directory_object(guid(1), queue_version(1, T0 + 17 * MINUTE, 9))   # sync0 brings it to a replica
     qm.receive(v2(2, guid(1), T0 + 18 * MINUTE, message_id="change2"))
     qm.on_timer(T0 + 31 * MINUTE)                                   # a plain batch: 1 notification
@@ -686,4 +686,4 @@ def test_a_change_never_brings_in_a_queue_that_no_refresh_found():
     assert outcomes["create"][0] == outcomes["change1"][0] == "superseded-by-refresh"
     assert outcomes["change2"] == ("ignored", "no such queue in the QueueCollection (3.2.5.2 Event 2 updates "
                                               "the corresponding Queue; only Event 1 creates)")
-    assert guid(1) not in qm.s.queues and not qm.batches[-1].refresh_all
+    assert guid(1) not in qm.state.queues and not qm.batches[-1].refresh_all

@@ -73,14 +73,14 @@ class Server:
         self.now = T0
         r = self.replica()
         r.initialize(T0)
-        r.s.partitions[PEC_PARTITION_ID].authority = "pec"
+        r.state.partitions[PEC_PARTITION_ID].authority = "pec"
         if role == "PSC":
             r._site_appeared(SITE, name)
             r._site_appeared(OTHER_SITE, "psc2")
         else:
-            r.s.my_psc_name = psc
+            r.state.my_psc_name = psc
             r._site_appeared(SITE, psc)
-        r.s.site_id = SITE
+        r.state.site_id = SITE
         r.send_initial_syncs()           # 3.3.3: already asked for every replicated partition
         self.out = []
 

@@ -77,7 +77,7 @@ def advance(load, ready: list[Row], watermark_ms: int):
     bad_pending: dict[str, tuple] = {}
     while True:
         qm, step = load(), None
-        qm.s.pending = [n for n in qm.s.pending if n.message_id not in bad_pending]
+        qm.state.pending = [n for n in qm.state.pending if n.message_id not in bad_pending]
         try:
             for i, row in enumerate(ready):
                 if i in bad_rows:

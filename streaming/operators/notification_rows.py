@@ -22,7 +22,7 @@ QUEUE_COLUMNS = {
 
 
 def step_rows(qm: QueueManager) -> list[tuple[str, dict]]:
-    s, rows = qm.s, []
+    s, rows = qm.state, []
     if qm.qm_touched or qm.outcomes or qm.batches or qm.arrived:     # whenever a column below can change
         rows.append(("queue_managers", {"machine_id": s.machine_id, "machine_name": s.machine_name,
                                         "quota": s.quota, "journal_quota": s.journal_quota,

@@ -166,7 +166,7 @@ class Batch:
 
 class QueueManager:
     def __init__(self, state: QMState, settings: Settings | None = None):
-        self.s = state
+        self.state = state
         self.settings = settings or Settings()
         self.outcomes: list[Outcome] = []
         self.batches: list[Batch] = []
@@ -178,7 +178,7 @@ class QueueManager:
     # ------------------------------------------------------------ arrival (1.6, note <3>)
     def receive(self, n: Notification, destination_name: str | None = None) -> None:
         if destination_name:
-            self.s.machine_name = destination_name
+            self.state.machine_name = destination_name
         self.look_for_findings(n)
         if self._is_copy(n):
             return
@@ -187,12 +187,12 @@ class QueueManager:
                          f"the notification queue PRIVATE=<GUID>\\3 (MQCN 1.9)", None, n.arrival_ms)
             return
         if self.settings.mode == "immediate":
-            self.s.batches += 1
-            self.process(n, n.arrival_ms, self.s.batches)
-            self.batches.append(Batch(self.s.batches, None, n.arrival_ms, 1, False))
-            self.s.last_processed_ms = n.arrival_ms
+            self.state.batches += 1
+            self.process(n, n.arrival_ms, self.state.batches)
+            self.batches.append(Batch(self.state.batches, None, n.arrival_ms, 1, False))
+            self.state.last_processed_ms = n.arrival_ms
             return
-        self.s.pending.append(n)
+        self.state.pending.append(n)
         self.arrived = True
         self._arm(n)
 
@@ -201,27 +201,27 @@ class QueueManager:
         a v1 notification without authentication, which 3.2.5.1 discards; more notifications from
         one sender in a minute than a directory service sends (MS-MQCN 5.1: notifications can be
         used for denial of service). Arrivals come in event-time order."""
-        if self.s.findings is None:
-            self.s.findings, self.s.recent_arrivals = FindingLog(), {}
+        if self.state.findings is None:
+            self.state.findings, self.state.recent_arrivals = FindingLog(), {}
         origin = n.origin or (None, None, None)
         where = evidence(*origin[:3], n.message_id, origin[4] if len(origin) > 4 else None)
         if n.version == 1 and n.authentication_level in (None, "None"):
-            self.s.findings.record("mqcn-unauthenticated", n.source, self.s.machine_id, n.arrival_ms, where)
-        recent = self.s.recent_arrivals
+            self.state.findings.record("mqcn-unauthenticated", n.source, self.state.machine_id, n.arrival_ms, where)
+        recent = self.state.recent_arrivals
         for source in [s for s, times in recent.items() if times[-1] <= n.arrival_ms - MINUTE]:
             del recent[source]                      # nothing from it in the last minute
         mine = recent.setdefault(n.source or "", [])
         mine.append(n.arrival_ms)
         del mine[:bisect.bisect_right(mine, n.arrival_ms - MINUTE)]
         if len(mine) > self.settings.flood_per_minute:
-            self.s.findings.record("mqcn-flood", n.source, self.s.machine_id, n.arrival_ms, where,
+            self.state.findings.record("mqcn-flood", n.source, self.state.machine_id, n.arrival_ms, where,
                                    {"per_minute_limit": self.settings.flood_per_minute},
                                    most={"most_in_a_minute": len(mine)})
 
     def _is_copy(self, n: Notification) -> bool:
         """[MS-MQQB] 3.1.5.8.1 duplicate detection: a message id in the history is discarded (and its
         entry's time stamp renewed); entries not seen for MESSAGE_ID_HISTORY_MS are forgotten (3.1.6.7)."""
-        history = self.s.message_ids
+        history = self.state.message_ids
         while history:
             oldest = next(iter(history))
             if history[oldest][0] >= n.arrival_ms - MESSAGE_ID_HISTORY_MS:
@@ -236,7 +236,7 @@ class QueueManager:
         return bool(copies)
 
     def next_timer_ms(self) -> int | None:
-        due = [t for t in (self.s.timer_ms, self._next_unresolved_deadline()) if t is not None]
+        due = [t for t in (self.state.timer_ms, self._next_unresolved_deadline()) if t is not None]
         return min(due) if due else None
 
     def on_timer(self, now_ms: int, forget: bool = True) -> None:
@@ -247,17 +247,17 @@ class QueueManager:
         whole directory, so the input order calls it once per micro-batch, not before every row)."""
         while True:
             deadline = self._next_unresolved_deadline()
-            batch_due = self.s.timer_ms is not None and self.s.timer_ms <= now_ms
-            if deadline is not None and deadline <= now_ms and (not batch_due or deadline < self.s.timer_ms):
+            batch_due = self.state.timer_ms is not None and self.state.timer_ms <= now_ms
+            if deadline is not None and deadline <= now_ms and (not batch_due or deadline < self.state.timer_ms):
                 self._give_up_unresolved(deadline)
             elif batch_due:
-                fired = self.s.timer_ms
-                due = [n for n in self.s.pending if n.arrival_ms <= fired]
-                later = [n for n in self.s.pending if n.arrival_ms > fired]
+                fired = self.state.timer_ms
+                due = [n for n in self.state.pending if n.arrival_ms <= fired]
+                later = [n for n in self.state.pending if n.arrival_ms > fired]
                 self._fire(fired, due)
-                self.s.pending = []
+                self.state.pending = []
                 for n in sorted(later, key=lambda m: m.arrival_ms):
-                    self.s.pending.append(n)
+                    self.state.pending.append(n)
                     self._arm(n)
             else:
                 break
@@ -266,17 +266,17 @@ class QueueManager:
 
     def _arm(self, n: Notification) -> None:
         """Note <3>: a notification that finds no timer running arms one."""
-        if self.s.timer_ms is None:
-            last = self.s.last_processed_ms
+        if self.state.timer_ms is None:
+            last = self.state.last_processed_ms
             if last is None or n.arrival_ms - last > self.settings.quiet_ms:
-                self.s.timer_ms = n.arrival_ms + self.settings.first_wait_ms
+                self.state.timer_ms = n.arrival_ms + self.settings.first_wait_ms
             else:
-                self.s.timer_ms = last + self.settings.window_ms        # "the remainder of the 15 minutes"
-            self.s.timer_started_ms = n.arrival_ms
+                self.state.timer_ms = last + self.settings.window_ms        # "the remainder of the 15 minutes"
+            self.state.timer_started_ms = n.arrival_ms
 
     def _fire(self, fired: int, pending: list[Notification]) -> None:
-        self.s.batches += 1
-        batch = self.s.batches
+        self.state.batches += 1
+        batch = self.state.batches
         refresh = len(pending) >= self.settings.refresh_threshold
         if refresh:
             for n in pending:
@@ -292,9 +292,9 @@ class QueueManager:
         else:
             for n in sorted(pending, key=lambda m: m.arrival_ms):
                 self.process(n, fired, batch)
-        self.batches.append(Batch(batch, self.s.timer_started_ms, fired, len(pending), refresh))
-        self.s.timer_ms = self.s.timer_started_ms = None
-        self.s.last_processed_ms = fired
+        self.batches.append(Batch(batch, self.state.timer_started_ms, fired, len(pending), refresh))
+        self.state.timer_ms = self.state.timer_started_ms = None
+        self.state.last_processed_ms = fired
 
     # ------------------------------------------------------------ 3.2.5 processing
     def process(self, n: Notification, now: int, batch: int) -> None:
@@ -335,9 +335,9 @@ class QueueManager:
             elif command == Command.UPDATE and kind == MQDS_MACHINE:
                 for name, attr in V1_QM_UPDATE.items():
                     if name in values:
-                        setattr(self.s, attr, values[name])
-                        self.s.qm_since_read.add(name)
-                self.s.updated_ms, self.qm_touched = now, True
+                        setattr(self.state, attr, values[name])
+                        self.state.qm_since_read.add(name)
+                self.state.updated_ms, self.qm_touched = now, True
                 self._record(n, i, action, guid, "applied", None, batch, now)
             elif command == Command.DELETE:
                 self._delete(n, i, guid, now, batch, action)
@@ -371,7 +371,7 @@ class QueueManager:
         if not path:
             return None
         wanted = path.casefold()
-        for guid, q in self.s.queues.items():
+        for guid, q in self.state.queues.items():
             name = q.attributes.get("PROPID_Q_PATHNAME")
             if not q.deleted and isinstance(name, str) and name.casefold() == wanted:
                 return guid
@@ -385,12 +385,12 @@ class QueueManager:
             self._record(n, i, action, None, "ignored", "no PROPID_Q_INSTANCE: the queue has no identifier",
                          batch, now)
             return
-        self.s.queues[guid] = QueueRecord(attrs, False, n.message_id, now)      # no read left to correct
+        self.state.queues[guid] = QueueRecord(attrs, False, n.message_id, now)      # no read left to correct
         self.queues_touched.add(guid)
         self._record(n, i, action, guid, "applied", None, batch, now)
 
     def _v1_update_queue(self, n, i, guid, values, now, batch, action) -> None:
-        q = self.s.queues.get(guid)
+        q = self.state.queues.get(guid)
         if q is None or q.deleted:
             self._record(n, i, action, guid, "ignored", "no such queue in the QueueCollection", batch, now)
             return
@@ -402,15 +402,15 @@ class QueueManager:
         self._record(n, i, action, guid, "applied", None, batch, now)
 
     def _delete(self, n, i, guid, now, batch, action) -> None:
-        for message_id, arrival, event, b, _read in self.s.unresolved.pop(guid, []):
+        for message_id, arrival, event, b, _read in self.state.unresolved.pop(guid, []):
             if message_id is None:
                 continue
             # the queue is gone before any replica showed it: nothing left to read
             self.outcomes.append(Outcome(message_id, 0, 2, EVENTS.get(event, event), guid, "ignored",
                                          "the queue was deleted before any replica held it", b, arrival, now))
-        q = self.s.queues.get(guid)
+        q = self.state.queues.get(guid)
         if q is None:
-            q = self.s.queues[guid] = QueueRecord({"PROPID_Q_INSTANCE": guid})
+            q = self.state.queues[guid] = QueueRecord({"PROPID_Q_INSTANCE": guid})
         q.deleted, q.last_notification, q.updated_ms = True, n.message_id, now
         q.since_read.add("deleted")
         self.queues_touched.add(guid)
@@ -425,22 +425,22 @@ class QueueManager:
         if n.event not in (Event.CREATE_QUEUE, Event.CHANGE_QUEUE, Event.CHANGE_MACHINE):
             self._record(n, 0, action, guid, "ignored", f"Event {n.event} is not 1 to 4 (note <10>)", batch, now)
             return
-        if n.event == Event.CHANGE_QUEUE and guid not in self.s.unresolved and (guid not in self.s.queues or self.s.queues[guid].deleted):
+        if n.event == Event.CHANGE_QUEUE and guid not in self.state.unresolved and (guid not in self.state.queues or self.state.queues[guid].deleted):
             self._record(n, 0, action, guid, "ignored", "no such queue in the QueueCollection (3.2.5.2 Event 2 "
                          "updates the corresponding Queue; only Event 1 creates)", batch, now)
             return
         wanted = "machine" if n.event == Event.CHANGE_MACHINE else "queue"
-        v = None if guid in self.s.unresolved else self._read(guid, now, wanted)
-        later = None if v is not None or guid in self.s.unresolved else self._first_after(guid, now, wanted)
+        v = None if guid in self.state.unresolved else self._read(guid, now, wanted)
+        later = None if v is not None or guid in self.state.unresolved else self._first_after(guid, now, wanted)
         if later is not None:            # as if it had waited for the object to appear (see _resolve)
             done = max(later.event_ms, now)
             outcome, reason = self._apply_read(guid, n.event, later, done, n.message_id)
             self._record(n, 0, action, guid, outcome, reason or APPEARED, batch, done)
-        elif v is None and guid not in self.s.unresolved and self._holds_other_type(guid, wanted):
+        elif v is None and guid not in self.state.unresolved and self._holds_other_type(guid, wanted):
             self._record(n, 0, action, guid, "ignored", f"the directory holds {guid} but not as a {wanted} "
                          f"(3.2.5.2: Read Directory with iDirectoryObjectType {wanted!r} returns nothing)", batch, now)
         elif v is None:
-            self.s.unresolved.setdefault(guid, []).append((n.message_id, n.arrival_ms, n.event, batch, now))
+            self.state.unresolved.setdefault(guid, []).append((n.message_id, n.arrival_ms, n.event, batch, now))
             self._record(n, 0, action, guid, "unresolved", "no replica holds the object yet: retried when it "
                          "appears", batch, now)
         else:
@@ -457,26 +457,26 @@ class QueueManager:
         if event == Event.CHANGE_MACHINE:
             self._apply_machine(v, now)
         elif event == Event.CREATE_QUEUE:  # Create Queue with a copy of the returned Queue
-            self.s.queues[guid] = QueueRecord({"PROPID_Q_INSTANCE": guid})
+            self.state.queues[guid] = QueueRecord({"PROPID_Q_INSTANCE": guid})
             self._apply_queue(guid, v, now, message_id)
         else:
             self._apply_queue(guid, v, now, message_id)
         return "applied", None
 
     def _holds_other_type(self, guid: str, wanted: str) -> bool:
-        return any(v.object_type != wanted for v in self.s.directory.get(guid, []))
+        return any(v.object_type != wanted for v in self.state.directory.get(guid, []))
 
     # ------------------------------------------------------------ unresolved reads
     def _next_unresolved_deadline(self) -> int | None:
-        reads = [entry[4] for entries in self.s.unresolved.values() for entry in entries]
+        reads = [entry[4] for entries in self.state.unresolved.values() for entry in entries]
         return min(reads) + UNRESOLVED_WAIT_MS if reads else None
 
     def _give_up_unresolved(self, deadline: int) -> None:
         """[INFERENCE] A read whose object no replica showed within UNRESOLVED_WAIT_MS gets its final
         outcome: the object is not in this queue manager's directory (another queue manager's object,
         or one never replicated), as a Read Directory that finds nothing."""
-        for guid in sorted(self.s.unresolved):
-            entries = self.s.unresolved[guid]
+        for guid in sorted(self.state.unresolved):
+            entries = self.state.unresolved[guid]
             expired = [e for e in entries if e[4] + UNRESOLVED_WAIT_MS <= deadline]
             for message_id, arrival, event, batch, _read in expired:
                 if message_id is None:
@@ -487,27 +487,27 @@ class QueueManager:
                                              batch, arrival, deadline))
             remaining = [e for e in entries if e not in expired]
             if remaining:
-                self.s.unresolved[guid] = remaining
+                self.state.unresolved[guid] = remaining
             else:
-                del self.s.unresolved[guid]
+                del self.state.unresolved[guid]
 
     # ------------------------------------------------------------ the directory (Read Directory)
     def directory_object(self, guid: str, version: Version) -> None:
         """A replica's version of one of this queue manager's queues or of its machine object."""
         # kept in (event time, recency) order: inserted after equal keys, as a stable sort would
-        bisect.insort_right(self.s.directory.setdefault(guid, []), version, key=_version_order)
-        if guid == self.s.machine_id and self.s.quota is None and version.object_type == "machine":
+        bisect.insort_right(self.state.directory.setdefault(guid, []), version, key=_version_order)
+        if guid == self.state.machine_id and self.state.quota is None and version.object_type == "machine":
             # [INFERENCE] A queue manager knows its own attributes before any notification changes
             # them (it registered its machine object itself): taken from the directory until then.
             self._apply_machine(version, version.event_ms)
-            self.s.qm_read_ms = None
+            self.state.qm_read_ms = None
         self._late_correction(guid, version)
         self._resolve(guid, version)
 
     def _resolve(self, guid: str, version: Version) -> None:
         """The reads that waited for this object, in arrival order, each with the first version it
         can see (a micro-batch of the replication operator reports only an object's last version)."""
-        waiting = self.s.unresolved.pop(guid, [])
+        waiting = self.state.unresolved.pop(guid, [])
         for message_id, arrival, event, batch, read in waiting:
             wanted = "machine" if event == Event.CHANGE_MACHINE else "queue"
             if event == REFRESH:
@@ -516,7 +516,7 @@ class QueueManager:
                 continue
             if version.object_type != wanted:
                 outcome, reason = "ignored", f"the directory holds {guid} but not as a {wanted} (3.2.5.2)"
-            elif event == Event.CHANGE_QUEUE and (guid not in self.s.queues or self.s.queues[guid].deleted):
+            elif event == Event.CHANGE_QUEUE and (guid not in self.state.queues or self.state.queues[guid].deleted):
                 outcome, reason = "ignored", "no such queue in the QueueCollection (3.2.5.2 Event 2)"
             else:
                 version = self._read(guid, read, wanted) or self._first_after(guid, read, wanted) or version
@@ -528,7 +528,7 @@ class QueueManager:
     def read(self, guid: str, as_of_ms: int) -> Version | None:
         """The directory as of a time: of the versions the replicas had by then, the one with the highest
         sequence number (the most recent change; a deletion carries its own sequence number)."""
-        seen = [v for v in self.s.directory.get(guid, []) if v.event_ms <= as_of_ms]
+        seen = [v for v in self.state.directory.get(guid, []) if v.event_ms <= as_of_ms]
         return max(seen, key=recency) if seen else None
 
     def _read(self, guid: str, as_of_ms: int, object_type: str) -> Version | None:
@@ -539,25 +539,25 @@ class QueueManager:
         """The earliest version dated after a read that found none: a micro-batch of the replication
         operator reports only an object's last version, so the one that existed at the read may be
         folded into a later one (for events 1, 2 and 4; a refresh does not look ahead)."""
-        later = [v for v in self.s.directory.get(guid, []) if v.event_ms > as_of_ms and v.object_type == object_type]
+        later = [v for v in self.state.directory.get(guid, []) if v.event_ms > as_of_ms and v.object_type == object_type]
         return min(later, key=lambda v: (v.event_ms, recency(v))) if later else None
 
     def forget_versions(self, watermark_ms: int) -> None:
         """Keep what a read can still need: reads happen at a pending timer or at a later
         arrival, never before the watermark, so of the versions up to the earliest of those only the
         one such a read returns is kept. Late corrections need only the sequence number a read used."""
-        if self.s.findings is not None:
-            self.s.findings.forget(watermark_ms)            # buckets no later arrival can reach
-        horizon = min(t for t in (watermark_ms, self.s.timer_ms) if t is not None)
-        for guid, versions in self.s.directory.items():
+        if self.state.findings is not None:
+            self.state.findings.forget(watermark_ms)            # buckets no later arrival can reach
+        horizon = min(t for t in (watermark_ms, self.state.timer_ms) if t is not None)
+        for guid, versions in self.state.directory.items():
             older = [v for v in versions if v.event_ms <= horizon]
             if len(older) > 1:
                 keep = max(older, key=recency)
                 versions[:] = [v for v in versions if v is keep or v.event_ms > horizon]
 
     def _apply_queue(self, guid: str, v: Version, now: int, message_id: str | None) -> None:
-        q = self.s.queues.get(guid) or QueueRecord({})
-        self.s.queues[guid] = q
+        q = self.state.queues.get(guid) or QueueRecord({})
+        self.state.queues[guid] = q
         if v.deleted:
             q.deleted = True
         else:
@@ -572,15 +572,15 @@ class QueueManager:
     def _apply_machine(self, v: Version, now: int) -> None:
         for name, attr in V1_QM_UPDATE.items():
             if name in v.properties:
-                setattr(self.s, attr, v.properties[name])
-        self.s.qm_read_ms, self.s.qm_read_event_ms, self.s.qm_read_seq = now, v.event_ms, v.seq_number
-        self.s.qm_since_read, self.s.updated_ms, self.qm_touched = set(), now, True
+                setattr(self.state, attr, v.properties[name])
+        self.state.qm_read_ms, self.state.qm_read_event_ms, self.state.qm_read_seq = now, v.event_ms, v.seq_number
+        self.state.qm_since_read, self.state.updated_ms, self.qm_touched = set(), now, True
 
     def _late_correction(self, guid: str, v: Version) -> None:
         """A version that was already the directory's at a read, but reached this operator after it,
         corrects that read: the attributes no later notification set (a late correction
         never undoes a later delete, create or update)."""
-        q = self.s.queues.get(guid)
+        q = self.state.queues.get(guid)
         if q is not None and v.object_type == "queue" and _corrects(v, q.read_ms, q.read_seq):
             if v.deleted:
                 if "deleted" not in q.since_read:
@@ -590,23 +590,23 @@ class QueueManager:
                                      if k in v.properties and k not in q.since_read})
             q.read_event_ms, q.read_seq = v.event_ms, v.seq_number
             self.queues_touched.add(guid)
-        if guid == self.s.machine_id and v.object_type == "machine" and not v.deleted \
-                and _corrects(v, self.s.qm_read_ms, self.s.qm_read_seq):
+        if guid == self.state.machine_id and v.object_type == "machine" and not v.deleted \
+                and _corrects(v, self.state.qm_read_ms, self.state.qm_read_seq):
             for name, attr in V1_QM_UPDATE.items():
-                if name in v.properties and name not in self.s.qm_since_read:
-                    setattr(self.s, attr, v.properties[name])
-            self.s.qm_read_event_ms, self.s.qm_read_seq, self.qm_touched = v.event_ms, v.seq_number, True
+                if name in v.properties and name not in self.state.qm_since_read:
+                    setattr(self.state, attr, v.properties[name])
+            self.state.qm_read_event_ms, self.state.qm_read_seq, self.qm_touched = v.event_ms, v.seq_number, True
 
     def refresh_all(self, now: int) -> None:
         """Note <14>: "refreshes all public queues" the queue manager owns, from the directory as of
         the expiry: a queue whose first version is later comes in with the next read that sees it."""
-        for guid in sorted(self.s.directory):
+        for guid in sorted(self.state.directory):
             v = self.read(guid, now)
             if v is None:
                 continue
-            if v.object_type == "queue" and (not v.deleted or guid in self.s.queues):
+            if v.object_type == "queue" and (not v.deleted or guid in self.state.queues):
                 self._apply_queue(guid, v, now, None)
-            elif v.object_type == "machine" and guid == self.s.machine_id and not v.deleted:
+            elif v.object_type == "machine" and guid == self.state.machine_id and not v.deleted:
                 # Decision (digest B.7 open point c): note <3> names only the queues, but the
                 # dropped notifications may have changed the queue manager itself (Event 4, a v1
                 # queue manager update) and nothing else would ever bring that change in: its quota,
@@ -625,12 +625,12 @@ class QueueManager:
                 continue
             later = self._first_after(guid, fired, "queue")
             if later is None:
-                self.s.unresolved.setdefault(guid, []).append((None, fired, REFRESH, batch, fired))
+                self.state.unresolved.setdefault(guid, []).append((None, fired, REFRESH, batch, fired))
             elif not later.deleted:
                 self._apply_queue(guid, later, max(later.event_ms, fired), None)
 
     def _waits_beyond(self, guid: str, at_ms: int) -> bool:
-        return any(read + UNRESOLVED_WAIT_MS > at_ms for *_, read in self.s.unresolved.get(guid, ()))
+        return any(read + UNRESOLVED_WAIT_MS > at_ms for *_, read in self.state.unresolved.get(guid, ()))
 
     # ------------------------------------------------------------ records
     def _action(self, n: Notification) -> str:

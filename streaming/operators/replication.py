@@ -227,7 +227,7 @@ class ReplicaOutputs:
 # ================================================================== the state machine
 class Replica:
     def __init__(self, state: ServerState, store: ObjectStore, pec_name: str | None = None):
-        self.s = state
+        self.state = state
         self.store = store
         store.layout = state.store_layout       # persisted with the state, beside the buckets it describes
         self.pec_name = pec_name
@@ -251,10 +251,10 @@ class Replica:
     # ------------------------------------------------------------ roles
     @property
     def name(self) -> str:
-        return self.s.name
+        return self.state.name
 
     def enterprise(self) -> Partition:
-        return self.s.partitions[PEC_PARTITION_ID]
+        return self.state.partitions[PEC_PARTITION_ID]
 
     def is_pec(self) -> bool:
         return self.enterprise().authority == self.name
@@ -262,7 +262,7 @@ class Replica:
     def is_psc(self) -> bool:
         """A server named as a site's PSC (S_PSC) or as the PEC ("the PEC is also a PSC"). Any other
         server that receives replication traffic is a BSC."""
-        return any(p.authority == self.name for p in self.s.partitions.values())
+        return any(p.authority == self.name for p in self.state.partitions.values())
 
     def is_bsc(self) -> bool:
         return not self.is_psc()
@@ -271,8 +271,8 @@ class Replica:
         return "PEC" if self.is_pec() else "PSC" if self.is_psc() else "BSC"
 
     def my_site_partition(self) -> Partition | None:
-        for p in self.s.partitions.values():
-            if p.partition_id != PEC_PARTITION_ID and (p.authority == self.name or p.partition_id == self.s.site_id):
+        for p in self.state.partitions.values():
+            if p.partition_id != PEC_PARTITION_ID and (p.authority == self.name or p.partition_id == self.state.site_id):
                 return p
         return None
 
@@ -281,27 +281,27 @@ class Replica:
 
     # ------------------------------------------------------------ initialization (3.1.3.1, 3.3.3)
     def initialize(self, now_ms: int) -> None:
-        if self.s.initialized:
+        if self.state.initialized:
             return
-        self.s.initialized = True
-        if PEC_PARTITION_ID not in self.s.partitions:
-            self.s.partitions[PEC_PARTITION_ID] = Partition(PEC_PARTITION_ID, self.pec_name or "")
-        self.s.bsc_ack_due_ms = now_ms + BSC_ACK_FIRST_MS
+        self.state.initialized = True
+        if PEC_PARTITION_ID not in self.state.partitions:
+            self.state.partitions[PEC_PARTITION_ID] = Partition(PEC_PARTITION_ID, self.pec_name or "")
+        self.state.bsc_ack_due_ms = now_ms + BSC_ACK_FIRST_MS
 
     def send_initial_syncs(self) -> None:
         """3.3.3: a sync request for every partition this server is not the authority of, sent at
         initialization, before the first message is processed: From is the LastSeqNumber of then, MIN.
         Its destination (the PEC's name, a BSC's PSC, the server's own role) may only
         be learnt from the traffic: then it goes out as soon as it is known, with that same From."""
-        for p in list(self.s.partitions.values()):
+        for p in list(self.state.partitions.values()):
             if not p.initial_sync_sent and not self.owns(p) and p.initial_sync_outstanding:
                 self.send_sync_request(p, "initial", from_seq=MIN_SEQ_NUMBER)
 
     # ------------------------------------------------------------ dispatch (3.1.5.1)
     def receive(self, msg: mqdsrp.ReplicationMessage, *, arrival_ms: int, source: str | None = None,
                 message_class: str = "Normal", destination_queue: str | None = None, body: bytes = b"") -> None:
-        self.s.now_ms = max(self.s.now_ms, arrival_ms)
-        self.store.clock_ms = self.s.now_ms
+        self.state.now_ms = max(self.state.now_ms, arrival_ms)
+        self.store.clock_ms = self.state.now_ms
         self.initialize(arrival_ms)
         self.send_initial_syncs()                 # 3.1.3.3 / 3.3.3: before the first message is processed
         op = msg.header.operation
@@ -335,9 +335,9 @@ class Replica:
                                      [source] if source else [], where))
 
     def _finding(self, kind: str, source: str | None, arrival_ms: int, where: dict) -> None:
-        if self.s.findings is None:
-            self.s.findings = FindingLog()
-        self.s.findings.record(kind, source, self.name, arrival_ms, where)
+        if self.state.findings is None:
+            self.state.findings = FindingLog()
+        self.state.findings.record(kind, source, self.name, arrival_ms, where)
 
     def knows_directory_server(self, name: str | None) -> bool:
         """A directory server of the enterprise as this server knows them: itself, the PEC it was
@@ -349,9 +349,9 @@ class Replica:
         low = name.lower()
         if low == self.name.lower() or low == (self.pec_name or "").lower():
             return True
-        if any(p.authority.lower() == low for p in self.s.partitions.values()):
+        if any(p.authority.lower() == low for p in self.state.partitions.values()):
             return True
-        if any(n.lower() == low for n in itertools.chain(self.s.psc_neighbors, self.s.bsc_neighbors)):
+        if any(n.lower() == low for n in itertools.chain(self.state.psc_neighbors, self.state.bsc_neighbors)):
             return True
         guid = self._guid_of(name)
         machine = self.store.get(guid) if guid else None
@@ -363,7 +363,7 @@ class Replica:
         for o in reversed(self.out):
             if o.sent_ms is not None:
                 break
-            o.sent_ms, o.site_id = self.s.now_ms, self.s.site_id
+            o.sent_ms, o.site_id = self.state.now_ms, self.state.site_id
 
     def ignore(self, operation: str, reason: str) -> None:
         self.ignored.append((operation, reason))
@@ -377,13 +377,13 @@ class Replica:
             # [INFERENCE] a BSC's one neighbour is its PSC, the sender of its propagations (3.1.3.1 lets
             # MyPSCName be "obtained in an implementation-specific way"); the PSC shares its site.
             # Learnt after the changes, which may name this server a PSC.
-            self.s.my_psc_name = source
-            self.s.site_id = self.s.site_id or msg.header.site_id
+            self.state.my_psc_name = source
+            self.state.site_id = self.state.site_id or msg.header.site_id
         header = prop.seq_number_header
         if header.count == 0:
             return
         for entry in header.partition_seq_numbers:
-            p = self.s.partitions.get(entry.partition_id)
+            p = self.state.partitions.get(entry.partition_id)
             if p is None or self.owns(p) or entry.purged_seq_number < p.purged_seq:
                 continue
             if entry.purged_seq_number > p.allowed_purge_seq:
@@ -395,18 +395,18 @@ class Replica:
             if self.is_psc() or p.partition_id == PEC_PARTITION_ID and not p.authority:
                 p.authority = header.machine_name
             else:
-                self.s.my_psc_name = header.machine_name
+                self.state.my_psc_name = header.machine_name
             p.change_missing_window = add(entry.last_seq_number, 1)
             self.send_sync_request(p, "seq-number-header")
 
     # ------------------------------------------------------------ 3.1.5.2 processing directory changes
     def process_change(self, change: DirectoryChange, check_flush: bool, source: str | None = None) -> None:
-        p = self.s.partitions.get(change.partition_id)
+        p = self.state.partitions.get(change.partition_id)
         if p is None and self.is_pec() and source:
             # [INFERENCE] the PEC creates sites in its own (local) enterprise partition, so it learns a
             # site partition from its first propagated change; only the authority propagates to PSCs
             # (3.1.7.1.2), so the sender is the partition's authority.
-            p = self.s.partitions[change.partition_id] = Partition(change.partition_id, source)
+            p = self.state.partitions[change.partition_id] = Partition(change.partition_id, source)
             self.send_sync_request(p, "initial")
         if p is None:
             self.ignore("DirectoryChange", f"unknown partition {change.partition_id} (3.1.5.2)")
@@ -436,11 +436,11 @@ class Replica:
                 self._pend(p, change)
                 p.pending.sort(key=lambda c: c.seq_number)
         else:
-            self.pending_events.append(PendingEvent(p.partition_id, change, "dropped", self.s.now_ms))
+            self.pending_events.append(PendingEvent(p.partition_id, change, "dropped", self.state.now_ms))
 
     def _pend(self, p: Partition, change: DirectoryChange) -> None:
         p.pending.append(change)
-        self.pending_events.append(PendingEvent(p.partition_id, change, "pending", self.s.now_ms))
+        self.pending_events.append(PendingEvent(p.partition_id, change, "pending", self.state.now_ms))
 
     # ------------------------------------------------------------ 3.1.7.2.3 Handle In-Sync Change
     def handle_in_sync_change(self, p: Partition, change: DirectoryChange, flush: bool) -> bool:
@@ -457,12 +457,12 @@ class Replica:
             handled = self.handle_directory_sync(p, object_type, path, guid, change.properties, change.seq_number)
         if not handled.applied:
             return False
-        p.last_seq, p.last_change_ms = change.seq_number, self.s.now_ms
+        p.last_seq, p.last_change_ms = change.seq_number, self.state.now_ms
         if p.purge_state == PURGE_NORMAL:
-            for bsc in self.s.bsc_neighbors.values():
+            for bsc in self.state.bsc_neighbors.values():
                 bsc.available.append(change)
                 if bsc.next_tick_ms is None:
-                    bsc.next_tick_ms = self.s.now_ms + INTRASITE_MS
+                    bsc.next_tick_ms = self.state.now_ms + INTRASITE_MS
                 if flush and handled.flush:
                     self.send_change_propagation(bsc, flush=True)
         if p.last_seq > add(p.previous_purged_seq, PURGE_EVERY):
@@ -479,7 +479,7 @@ class Replica:
         for change in list(p.pending):
             if change.purged_seq_number < p.purged_seq:
                 p.pending.remove(change)
-                self.pending_events.append(PendingEvent(p.partition_id, change, "stale", self.s.now_ms))
+                self.pending_events.append(PendingEvent(p.partition_id, change, "stale", self.state.now_ms))
                 continue
             # digest §9.4: the literal "SeqNumber > LastSeqNumber" never lets a change through.
             if change.previous_seq_number > p.last_seq:
@@ -491,9 +491,9 @@ class Replica:
             if change.previous_seq_number == p.last_seq:
                 applied = self.handle_in_sync_change(p, change, True)
                 self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed",
-                                                        self.s.now_ms))
+                                                        self.state.now_ms))
             else:
-                self.pending_events.append(PendingEvent(p.partition_id, change, "stale", self.s.now_ms))
+                self.pending_events.append(PendingEvent(p.partition_id, change, "stale", self.state.now_ms))
 
     # ------------------------------------------------------------ MQDS object operations ([MS-MQDS] 3.2.6)
     @staticmethod
@@ -545,31 +545,31 @@ class Replica:
     def _site_appeared(self, site_id: str, psc_name: str) -> None:
         """A site's partition and, on a PSC, its PSC neighbour (3.1.7.2.5 / 3.1.7.2.11 with the digest's
         readings: the neighbour belongs to the new site; a BSC has no neighbours)."""
-        if site_id in self.s.partitions:
-            self.s.partitions[site_id].authority = psc_name
+        if site_id in self.state.partitions:
+            self.state.partitions[site_id].authority = psc_name
             return
         partition = Partition(site_id, psc_name)
-        self.s.partitions[site_id] = partition
+        self.state.partitions[site_id] = partition
         if psc_name != self.name:
             self.send_sync_request(partition, "initial")
             if self.is_psc():
-                self.s.psc_neighbors.setdefault(psc_name, Neighbor(site_id, psc_name))
+                self.state.psc_neighbors.setdefault(psc_name, Neighbor(site_id, psc_name))
         else:
-            self.s.site_id = site_id                           # MySitePartition
+            self.state.site_id = site_id                           # MySitePartition
 
     def _machine_seen(self, p: Partition, obj: DirObject) -> None:
         """3.1.7.2.5 / 3.1.7.2.12: BSC neighbours from the PSC's own site's machines; and a BSC learns
         its own site from its machine object."""
         if obj.properties.get(QM_PATHNAME, obj.path_name) == self.name and obj.properties.get(QM_SITE_ID):
-            self.s.site_id = self.s.site_id or obj.properties[QM_SITE_ID]
+            self.state.site_id = self.state.site_id or obj.properties[QM_SITE_ID]
         mine = self.my_site_partition()
         if not (self.is_psc() and mine is not None and p.partition_id == mine.partition_id):
             return
         name = obj.properties.get(QM_PATHNAME) or obj.path_name
         if obj.properties.get(QM_SERVICE) == SERVICE_BSC:
-            self.s.bsc_neighbors.setdefault(name, Neighbor(p.partition_id, name))
+            self.state.bsc_neighbors.setdefault(name, Neighbor(p.partition_id, name))
         elif QM_SERVICE in obj.properties:
-            self.s.bsc_neighbors.pop(name, None)
+            self.state.bsc_neighbors.pop(name, None)
 
     # ------------------------------------------------------------ 3.1.7.2.6 Handle Directory Update
     def handle_directory_update(self, p, object_type, path, guid, properties, seq) -> Handled:
@@ -599,18 +599,18 @@ class Replica:
         # either way, and failing would stall the sequence (a sync reply lists deletions by GUID).
         identifier = key or f"path:{path}"
         deleted = DeletedObject(identifier, p.partition_id, seq, object_type or (obj.object_type if obj else 0), scope)
-        self.s.deleted[identifier] = deleted
+        self.state.deleted[identifier] = deleted
         if p.partition_id in self._deleted_floor:
             self._deleted_floor[p.partition_id] = min(self._deleted_floor[p.partition_id], seq)
-        self.deleted_touched[identifier] = (deleted, "deleted", self.s.now_ms)
+        self.deleted_touched[identifier] = (deleted, "deleted", self.state.now_ms)
         need_flush = False
-        if self.is_pec() and object_type == MQDS_SITE and key in self.s.partitions:
-            gone = self.s.partitions.pop(key)
-            for name in [n for n in self.s.psc_neighbors if n == gone.authority]:
-                del self.s.psc_neighbors[name]
+        if self.is_pec() and object_type == MQDS_SITE and key in self.state.partitions:
+            gone = self.state.partitions.pop(key)
+            for name in [n for n in self.state.psc_neighbors if n == gone.authority]:
+                del self.state.psc_neighbors[name]
             need_flush = True
         if object_type == MQDS_MACHINE and obj is not None and self.is_psc():
-            self.s.bsc_neighbors.pop(obj.properties.get(QM_PATHNAME) or obj.path_name, None)
+            self.state.bsc_neighbors.pop(obj.properties.get(QM_PATHNAME) or obj.path_name, None)
         return Handled(True, need_flush)
 
     # ------------------------------------------------------------ 3.1.7.2.8 Handle Directory Sync
@@ -621,8 +621,8 @@ class Replica:
             obj = self._create_object(p, object_type, path, key, properties, seq)
         else:
             obj = self._update_object(p, path, key, properties, seq)
-        if key in self.s.deleted:                  # re-synchronised: no longer a deleted object
-            self.deleted_touched[key] = (self.s.deleted.pop(key), "resynchronised", self.s.now_ms)
+        if key in self.state.deleted:                  # re-synchronised: no longer a deleted object
+            self.deleted_touched[key] = (self.state.deleted.pop(key), "resynchronised", self.state.now_ms)
         changed = {prop.prop_id: prop.value for prop in properties}
         if object_type == MQDS_ENTERPRISE:
             return Handled(True, self.handle_enterprise_update(p, changed))
@@ -646,12 +646,12 @@ class Replica:
         floor = self._deleted_floor.get(p.partition_id)
         if floor is None or floor <= purge_to:
             floor = float("inf")
-            for identifier, d in list(self.s.deleted.items()):
+            for identifier, d in list(self.state.deleted.items()):
                 if d.partition_id != p.partition_id:
                     continue
                 if d.seq_number <= purge_to:
-                    del self.s.deleted[identifier]
-                    self.deleted_touched[identifier] = (d, "purged", self.s.now_ms)
+                    del self.state.deleted[identifier]
+                    self.deleted_touched[identifier] = (d, "purged", self.state.now_ms)
                 else:
                     floor = min(floor, d.seq_number)
             self._deleted_floor[p.partition_id] = floor
@@ -669,10 +669,10 @@ class Replica:
         if S_PSC not in changed:
             return False
         psc_name = changed[S_PSC]
-        existing = self.s.partitions.get(site_id)
+        existing = self.state.partitions.get(site_id)
         if existing is not None:
             existing.authority = psc_name
-            for n in self.s.psc_neighbors.values():
+            for n in self.state.psc_neighbors.values():
                 if n.partition_id == site_id:
                     n.machine_name = psc_name
             return True
@@ -685,7 +685,7 @@ class Replica:
     def send_sync_request(self, p: Partition, reason: str, from_seq: int | None = None) -> None:
         if p.purge_state not in (PURGE_NORMAL, PURGE_SYNC0):
             return
-        destination = self.s.my_psc_name if self.is_bsc() else p.authority
+        destination = self.state.my_psc_name if self.is_bsc() else p.authority
         if not destination:
             return                                  # sent by send_initial_syncs once it is known
         p.initial_sync_sent = True
@@ -698,7 +698,7 @@ class Replica:
     # ------------------------------------------------------------ 3.3.7.4 Send PSC Ack
     def send_psc_ack(self, p: Partition) -> None:
         mine = self.my_site_partition()
-        site = mine.partition_id if mine else (self.s.site_id or GUID_NULL)   # digest §11.4
+        site = mine.partition_id if mine else (self.state.site_id or GUID_NULL)   # digest §11.4
         msg = mqdsrp.PSCAckMessage(site, p.partition_id, p.last_seq, self.name)
         self.out.append(Outbound(p.authority, msg, "ack", p.partition_id))
 
@@ -716,7 +716,7 @@ class Replica:
     # ------------------------------------------------------------ 3.3.7.5 Receive Sync Reply
     def receive_sync_reply(self, msg: mqdsrp.SyncReplyMessage) -> None:
         hdr = msg.sync_reply_header
-        p = self.s.partitions.get(hdr.partition_id)
+        p = self.state.partitions.get(hdr.partition_id)
         if p is None or self.owns(p) or hdr.purged_seq_number < p.purged_seq:
             return
         # 3.3.7.5: each change is processed as in 3.1.5.2, and 3.1.7.2.2 checks the pending changes
@@ -730,7 +730,7 @@ class Replica:
                 self._heal_from_reply(p, change)
             else:
                 self.process_change(change, check_flush=True)
-        if p.partition_id not in self.s.partitions:
+        if p.partition_id not in self.state.partitions:
             return
         if p.purge_state == PURGE_SYNC0:
             if hdr.complete_sync0 == 2:
@@ -757,13 +757,13 @@ class Replica:
         for change in [c for c in p.pending if c.seq_number <= to]:
             p.pending.remove(change)
             if change.seq_number <= p.last_seq:
-                self.pending_events.append(PendingEvent(p.partition_id, change, "stale", self.s.now_ms))
+                self.pending_events.append(PendingEvent(p.partition_id, change, "stale", self.state.now_ms))
                 continue
             applied = self.handle_in_sync_change(p, change, True)
             self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed",
-                                                    self.s.now_ms))
+                                                    self.state.now_ms))
         if p.last_seq < to - 1:
-            p.last_seq, p.last_change_ms = to - 1, self.s.now_ms
+            p.last_seq, p.last_change_ms = to - 1, self.state.now_ms
 
     def _heal_from_reply(self, p: Partition, change: DirectoryChange) -> None:
         """A full-state reply entry (a Sync, or a Delete by GUID) at or below LastSeqNumber: applied when
@@ -774,7 +774,7 @@ class Replica:
             return
         existing = self.store.get(key)
         if change.command == mqdsrp.CMD_SYNC and change.properties:
-            if existing is None and key in self.s.deleted and self.s.deleted[key].seq_number >= change.seq_number:
+            if existing is None and key in self.state.deleted and self.state.deleted[key].seq_number >= change.seq_number:
                 return                                       # deleted since: the deletion is newer
             if existing is None or existing.seq_number <= change.seq_number:
                 object_type = object_type_of(change.properties[0].prop_id)
@@ -784,7 +784,7 @@ class Replica:
 
     # ------------------------------------------------------------ 3.3.7.7 Receive Already Purged
     def receive_already_purged(self, msg: mqdsrp.AlreadyPurgedMessage) -> None:
-        p = self.s.partitions.get(msg.partition_id)
+        p = self.state.partitions.get(msg.partition_id)
         if p is None or self.owns(p):
             return
         if p.last_seq >= msg.purged_seq_number or p.purged_seq >= msg.purged_seq_number:
@@ -803,7 +803,7 @@ class Replica:
         p.move_purge_state(PurgeState.STARTSYNC0)
         p.last_seq, p.change_missing_window, p.purged_seq = MIN_SEQ_NUMBER, INITIAL_SYNC_WINDOW, purged_seq
         for change in p.pending:
-            self.pending_events.append(PendingEvent(p.partition_id, change, "cleared", self.s.now_ms))
+            self.pending_events.append(PendingEvent(p.partition_id, change, "cleared", self.state.now_ms))
         p.pending = []
         # MQDS Reset Directory Partition, operation 1; in GUID order, so that the versions it records
         # are numbered the same whatever the order the store's buckets were loaded in
@@ -811,10 +811,10 @@ class Replica:
             if obj.partition_id == p.partition_id:
                 obj.seq_number = MIN_SEQ_NUMBER
                 self.store.put(obj, index_path=False)
-        for d in self.s.deleted.values():
+        for d in self.state.deleted.values():
             if d.partition_id == p.partition_id:
                 d.seq_number = MIN_SEQ_NUMBER
-                self.deleted_touched[d.identifier] = (d, "deleted", self.s.now_ms)
+                self.deleted_touched[d.identifier] = (d, "deleted", self.state.now_ms)
         p.move_purge_state(PurgeState.SYNC0)
         self.send_sync_request(p, "sync0")
 
@@ -828,10 +828,10 @@ class Replica:
                 obj.seq_number = p.purged_seq
                 self.store.put(obj, index_path=False)
                 self.store.remove(obj.guid)
-        for identifier, d in list(self.s.deleted.items()):
+        for identifier, d in list(self.state.deleted.items()):
             if d.partition_id == p.partition_id and d.seq_number == MIN_SEQ_NUMBER:
-                del self.s.deleted[identifier]
-                self.deleted_touched[identifier] = (d, "removed-by-sync0", self.s.now_ms)
+                del self.state.deleted[identifier]
+                self.deleted_touched[identifier] = (d, "removed-by-sync0", self.state.now_ms)
         p.move_purge_state(PurgeState.NORMAL)
         p.change_missing_window = NO_WINDOW
         self.check_pending_changes(p)
@@ -841,7 +841,7 @@ class Replica:
         self._learn_authority(msg.acked_partition_id)
         if not self.is_psc():
             return
-        neighbor = self.s.psc_neighbors.get(msg.psc_name)
+        neighbor = self.state.psc_neighbors.get(msg.psc_name)
         if neighbor is None:
             return
         if self.is_pec() and msg.acked_partition_id == PEC_PARTITION_ID:
@@ -853,35 +853,35 @@ class Replica:
     def _learn_authority(self, partition_id: str) -> None:
         """[INFERENCE] A PSCAck is sent to the acked partition's AuthorityName (3.3.7.4): its receiver is
         that partition's authority, which its own traffic never tells it (its partition is local)."""
-        p = self.s.partitions.get(partition_id)
+        p = self.state.partitions.get(partition_id)
         if p is None:
-            self.s.partitions[partition_id] = Partition(partition_id, self.name, initial_sync_sent=True)
+            self.state.partitions[partition_id] = Partition(partition_id, self.name, initial_sync_sent=True)
             if partition_id != PEC_PARTITION_ID:
-                self.s.site_id = partition_id
+                self.state.site_id = partition_id
         elif not p.authority:
             p.authority = self.name
 
     def receive_bsc_ack(self, msg: mqdsrp.BSCAckMessage) -> None:
         if not self.is_psc():
             return
-        neighbor = self.s.bsc_neighbors.get(msg.bsc_name)
+        neighbor = self.state.bsc_neighbors.get(msg.bsc_name)
         if neighbor is None:
             # [INFERENCE] a PSC finds its BSCs among its own site's machines (3.1.7.2.5), which change
             # by local administration, not on the wire; a BSC's ack is the wire's sign of one.
             mine = self.my_site_partition()
             neighbor = Neighbor(mine.partition_id if mine else "", msg.bsc_name)
-            self.s.bsc_neighbors[msg.bsc_name] = neighbor
-        neighbor.last_acked_ms = self.s.now_ms
+            self.state.bsc_neighbors[msg.bsc_name] = neighbor
+        neighbor.last_acked_ms = self.state.now_ms
 
     # ------------------------------------------------------------ change requests (3.2.7.2, 3.3.7.1, 3.2.7.6)
     def receive_change_request(self, msg: mqdsrp.ChangeRequestMessage, body: bytes) -> None:
         hdr = msg.change_request_header
-        p = self.s.partitions.get(hdr.partition_id)
+        p = self.state.partitions.get(hdr.partition_id)
         if p is not None and self.owns(p):
             self.ignore("ChangeRequest", "this server is the object authority: applied by the authority")
             return
         if self.is_bsc():
-            next_hop = self.s.my_psc_name
+            next_hop = self.state.my_psc_name
         elif p is None:
             # [INFERENCE] a PSC gets change requests for its own partition, which is local and so
             # unknown here, or from its BSCs for partitions it replicates (3.3.7.1).
@@ -893,19 +893,19 @@ class Replica:
             self.send_change_reply(hdr, MQ_ERROR, "MQDS_UNKNOWN_SOURCE")
             return
         wait = CHANGE_WAIT_AUTHORITY_MS if p is not None and next_hop == p.authority else CHANGE_WAIT_OTHER_MS
-        self.s.forwarded[_request_key(hdr.requester_name, hdr.request_identifier)] = ForwardedRequest(
-            hdr.requester_name, hdr.request_identifier, hdr.psc_name, self.s.now_ms + wait)
+        self.state.forwarded[_request_key(hdr.requester_name, hdr.request_identifier)] = ForwardedRequest(
+            hdr.requester_name, hdr.request_identifier, hdr.psc_name, self.state.now_ms + wait)
         self.out.append(Outbound(next_hop, msg, "forward", hdr.partition_id, body=body))
 
     def receive_change_reply(self, msg: mqdsrp.ChangeReplyMessage) -> None:
-        fwd = self.s.forwarded.pop(_request_key(msg.requester_name, msg.request_identifier), None)
+        fwd = self.state.forwarded.pop(_request_key(msg.requester_name, msg.request_identifier), None)
         if fwd is None:
             return                                  # not a request this server forwarded
         self._reply(fwd, msg.result, "MQ_OK" if msg.result == MQ_OK else f"0x{msg.result:08x}")
 
     def receive_change_request_nack(self, msg: mqdsrp.ChangeRequestMessage) -> None:
         hdr = msg.change_request_header
-        fwd = self.s.forwarded.pop(_request_key(hdr.requester_name, hdr.request_identifier), None)
+        fwd = self.state.forwarded.pop(_request_key(hdr.requester_name, hdr.request_identifier), None)
         if fwd is not None:
             self._reply(fwd, MQ_ERROR, "MQDS_OWNER_NOT_REACHED")
 
@@ -915,7 +915,7 @@ class Replica:
 
     def send_change_reply(self, hdr: mqdsrp.ChangeRequestHeader, result: int, status: str) -> None:
         destination = hdr.requester_name
-        if destination not in self.s.psc_neighbors and destination not in self.s.bsc_neighbors and hdr.psc_name:
+        if destination not in self.state.psc_neighbors and destination not in self.state.bsc_neighbors and hdr.psc_name:
             destination = hdr.psc_name
         msg = mqdsrp.ChangeReplyMessage(hdr.request_identifier, result, hdr.requester_name)
         self.out.append(Outbound(destination, msg, "reply", hdr.partition_id or None, status=status))
@@ -928,20 +928,20 @@ class Replica:
         if not destination:
             return
         key = f"{destination}:{_digest(body)}"
-        count = self.s.nack_resends.get(key, 0)
+        count = self.state.nack_resends.get(key, 0)
         if count >= NACK_RESEND_LIMIT:
             self.ignore("Nack", f"resend limit {NACK_RESEND_LIMIT} reached for {destination}")
             return
-        self.s.nack_resends[key] = count + 1
+        self.state.nack_resends[key] = count + 1
         self.out.append(Outbound(destination, None, "nack-resend", body=body))
 
     # ------------------------------------------------------------ timers (3.3.6)
     def next_timer_ms(self) -> int | None:
-        if self.s.bsc_ack_due_ms is not None and self.is_psc():
-            self.s.bsc_ack_due_ms = None               # only a BSC runs the BSC Ack Timer (3.3.3)
-        due = [self.s.bsc_ack_due_ms] if self.s.bsc_ack_due_ms is not None else []
-        due += [n.next_tick_ms for n in self.s.bsc_neighbors.values() if n.next_tick_ms is not None]
-        due += [f.deadline_ms for f in self.s.forwarded.values()]
+        if self.state.bsc_ack_due_ms is not None and self.is_psc():
+            self.state.bsc_ack_due_ms = None               # only a BSC runs the BSC Ack Timer (3.3.3)
+        due = [self.state.bsc_ack_due_ms] if self.state.bsc_ack_due_ms is not None else []
+        due += [n.next_tick_ms for n in self.state.bsc_neighbors.values() if n.next_tick_ms is not None]
+        due += [f.deadline_ms for f in self.state.forwarded.values()]
         return min(due) if due else None
 
     def fire_timers_until(self, until_ms: int) -> None:
@@ -952,32 +952,32 @@ class Replica:
             self.on_timer(due)
 
     def on_timer(self, now_ms: int) -> None:
-        self.s.now_ms = max(self.s.now_ms, now_ms)
-        self.store.clock_ms = self.s.now_ms
-        if self.s.bsc_ack_due_ms is not None and self.s.bsc_ack_due_ms <= now_ms:
+        self.state.now_ms = max(self.state.now_ms, now_ms)
+        self.store.clock_ms = self.state.now_ms
+        if self.state.bsc_ack_due_ms is not None and self.state.bsc_ack_due_ms <= now_ms:
             self._bsc_ack_timer(now_ms)
-        for bsc in self.s.bsc_neighbors.values():
+        for bsc in self.state.bsc_neighbors.values():
             if bsc.next_tick_ms is not None and bsc.next_tick_ms <= now_ms:
                 self.send_change_propagation(bsc)
-        for key, fwd in list(self.s.forwarded.items()):
+        for key, fwd in list(self.state.forwarded.items()):
             if fwd.deadline_ms <= now_ms:
-                del self.s.forwarded[key]
+                del self.state.forwarded[key]
                 self._reply(fwd, MQ_ERROR, "MQDS_NO_RSP_FROM_OWNER")
         self._stamp_sent()
 
     def _bsc_ack_timer(self, now_ms: int) -> None:
         if self.is_psc():
-            self.s.bsc_ack_due_ms = None              # only a BSC runs the BSC Ack Timer
+            self.state.bsc_ack_due_ms = None              # only a BSC runs the BSC Ack Timer
             return
-        if not self.s.my_psc_name:
-            self.s.bsc_ack_due_ms = now_ms + BSC_ACK_FIRST_MS
+        if not self.state.my_psc_name:
+            self.state.bsc_ack_due_ms = now_ms + BSC_ACK_FIRST_MS
             return
         machine_id = self._own_machine_id() or GUID_NULL
-        self.out.append(Outbound(self.s.my_psc_name, mqdsrp.BSCAckMessage(machine_id, self.name), "ack"))
-        self.s.bsc_ack_due_ms = now_ms + BSC_ACK_MS
+        self.out.append(Outbound(self.state.my_psc_name, mqdsrp.BSCAckMessage(machine_id, self.name), "ack"))
+        self.state.bsc_ack_due_ms = now_ms + BSC_ACK_MS
 
     def _own_machine_id(self) -> str | None:
-        return None if self.s.site_id is None else self._guid_of(self.name)
+        return None if self.state.site_id is None else self._guid_of(self.name)
 
     def _guid_of(self, path_name: str) -> str | None:
         """The GUID of the object stored under a path name (None for a path placeholder)."""

@@ -47,7 +47,7 @@ def properties_json(props: dict[int, object]) -> dict[str, object]:
 
 
 def server_rows(r: Replica) -> list[tuple[str, dict]]:
-    s, now = r.s, ts(r.s.now_ms)
+    s, now = r.state, ts(r.state.now_ms)
     rows = [("replication_servers", {
         "server": s.name, "role": r.role(), "site_id": s.site_id, "psc_name": s.my_psc_name,
         "pec_name": r.enterprise().authority or None, "psc_neighbors": sorted(s.psc_neighbors),
@@ -69,7 +69,7 @@ def object_rows(r: Replica, touched: dict[str, DirObject | None], removed: dict[
     """updated_at is the event time of the object's last change (the MQCN operator reads the
     directory "as of" a time from these rows)."""
     return [("directory_objects", _object_row(r, guid, obj or removed[guid], obj is None,
-                                              touched_at.get(guid, r.s.now_ms)))
+                                              touched_at.get(guid, r.state.now_ms)))
             for guid, obj in touched.items()]
 
 
@@ -118,8 +118,8 @@ def history_rows(r: Replica, versions: list, contents: list) -> list:
     (Table.successor)."""
     rows = []
     for (_guid, _obj, _removed, at, kind), content in zip(versions, contents):
-        r.s.versions_recorded += 1
-        rows.append(("directory_history", {"server": r.name, "version": r.s.versions_recorded, "kind": kind,
+        r.state.versions_recorded += 1
+        rows.append(("directory_history", {"server": r.name, "version": r.state.versions_recorded, "kind": kind,
                                            "valid_from": ts(at), **content[3]}))
     return rows
 
@@ -225,8 +225,8 @@ def outbound_rows(r: Replica, outputs: ReplicaOutputs, batch_ms: int, id_scope: 
     checkpoint, and distinct between jobs whose scope (the checkpoint's query id) differs."""
     rows = []
     for o in outputs.sent:
-        r.s.messages_sent += 1
-        message_id = str(uuid.uuid5(OUTBOUND_NAMESPACE, f"{id_scope}:{r.name.lower()}:{r.s.messages_sent}"))
+        r.state.messages_sent += 1
+        message_id = str(uuid.uuid5(OUTBOUND_NAMESPACE, f"{id_scope}:{r.name.lower()}:{r.state.messages_sent}"))
         rows.append(("outbound_messages", outbound_row(r, o, message_id, o.sent_ms if o.sent_ms is not None
                                                        else batch_ms)))
     return rows
@@ -237,7 +237,7 @@ def outbound_row(r: Replica, o: Outbound, message_id: str, sent_ms: int) -> dict
         body = o.body
         operation = "resend" if o.message is None else type(o.message).__name__.removesuffix("Message")
     else:
-        site = o.site_id if o.sent_ms is not None else r.s.site_id
+        site = o.site_id if o.sent_ms is not None else r.state.site_id
         body = encode("mqdsrp", mqdsrp.new_message(site or GUID_NULL, o.message))
         operation = type(o.message).__name__.removesuffix("Message")
     return {"message_id": message_id, "server": r.name, "destination": o.destination, "operation": operation,
@@ -270,10 +270,10 @@ REGISTRY = "server_registry"        # facts and checks for the server registry (
 def finding_rows(r: Replica) -> list:
     """The findings touched since the last step; then those of buckets an hour behind the replica's
     clock are forgotten (a message that old is behind the watermark: Spark drops it as late)."""
-    if r.s.findings is None:
+    if r.state.findings is None:
         return []
-    rows = r.s.findings.rows()
-    r.s.findings.forget(r.s.now_ms - BUCKET_MS)
+    rows = r.state.findings.rows()
+    r.state.findings.forget(r.state.now_ms - BUCKET_MS)
     return rows
 
 

@@ -66,7 +66,7 @@ class NotificationProcessor(StatefulProcessor):
         dead = [dead_letter(STAGE, "mqcn" if row.kind != DIRECTORY else DIRECTORY, row, exc) for row, exc in bad_rows]
         dead += [dead_letter(STAGE, "mqcn", _Origin(n), exc) for n, exc in bad_pending]
         rows = step_rows(qm) + dead
-        stored = pickle.dumps(qm.s, protocol=5)
+        stored = pickle.dumps(qm.state, protocol=5)
         self.state.update((pickle.dumps((stored, [tuple(r) for r in waiting]), protocol=5),))
         due = [t for t in [qm.next_timer_ms()] + [r.event_ms for r in waiting] if t is not None]
         replace_timers(self.handle, min(due) if due else None, self.fired_ms)

@@ -102,7 +102,7 @@ class ReplicationProcessor(StatefulProcessor):
         yield from self._finish(r)
 
     def _step_rows(self, r: Replica) -> list:
-        return step_rows(r, r.s.now_ms, self.id_scope)
+        return step_rows(r, r.state.now_ms, self.id_scope)
 
     def _step_changes(self, r: Replica) -> list:
         """A step's rows but the server's and its partitions' (the batch's last step writes them, and
@@ -119,7 +119,7 @@ class ReplicationProcessor(StatefulProcessor):
     def _finish(self, r: Replica, dead: list | None = None):
         r.store.flush()
         rows = self._step_rows(r) + (dead or [])
-        self.control.update((state_to_bytes(r.s),))
+        self.control.update((state_to_bytes(r.state),))
         replace_timers(self.handle, r.next_timer_ms(), self.fired_ms)
         yield from self._output(rows)
 
