@@ -256,8 +256,8 @@ class EmbeddedBroker:
         controller = f"{self.host}:{free_port(self.host)}"
         (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
         config = self.state_dir / "server.properties"
-        from .broker_security import _private_write
-        _private_write(config, "\n".join([
+        from .broker_security import write_private
+        write_private(config, "\n".join([
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@{controller}",

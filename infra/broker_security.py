@@ -37,12 +37,12 @@ class Secrets:
             values = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
             return cls(values["store"], values["admin"], values["client"])
         made = cls(secrets.token_urlsafe(24), secrets.token_urlsafe(24), secrets.token_urlsafe(24))
-        _private_write(path, f"store={made.store_password}\nadmin={made.admin_password}\n"
+        write_private(path, f"store={made.store_password}\nadmin={made.admin_password}\n"
                              f"client={made.client_password}\n")
         return made
 
 
-def _private_write(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     """A file only its owner can read (written at mode 0600, never wider for a moment)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -142,5 +142,5 @@ def read_client_properties(path: Path) -> dict[str, str]:
 
 
 def write_client_properties(path: Path, options: dict[str, str]) -> None:
-    _private_write(path, "# dirstream --kafka-config for the embedded broker's SASL_SSL listener\n"
+    write_private(path, "# dirstream --kafka-config for the embedded broker's SASL_SSL listener\n"
                    + "".join(f"{k}={v}\n" for k, v in options.items()))

@@ -9,6 +9,7 @@ import time
 from producers.kafka import KafkaSettings
 from producers.responder import run_responder
 from streaming.sinks import open_sink
+from streaming.spark.pipeline import source_options, start_query
 from streaming.wire.topics import OUTBOUND_TOPIC, TOPICS
 
 TABLES = ("directory_objects", "directory_history", "deleted_objects", "replication_partitions",
@@ -76,17 +77,22 @@ class Responder:
         self.thread.join(30)
 
 
-def job(broker, sink, ckpt, *extra) -> subprocess.Popen:
+def bare_job(broker, sink, ckpt, *extra) -> subprocess.Popen:
+    """`dirstream run` in the background with only the arguments given (job() adds the usual ones)."""
     import shutil
     import sys
     from pathlib import Path
     exe = shutil.which("dirstream", path=str(Path(sys.executable).parent))
-    log = open(f"{ckpt}-{time.monotonic_ns()}.log", "w")     # a file: a long run's output would fill a pipe
+    log = open(f"{ckpt}-{time.monotonic_ns()}.log", "w")     # a file: the job's output would fill a pipe
     proc = subprocess.Popen([exe, "run", "--bootstrap", broker, "--sink", sink, "--checkpoint", str(ckpt),
-                             "--master", "local[2]", "--trigger", "1s", "--pec-name", "pec0", *extra],
-                            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                             "--master", "local[2]", *extra], stdout=log, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
     proc.log_path = log.name
     return proc
+
+
+def job(broker, sink, ckpt, *extra) -> subprocess.Popen:
+    return bare_job(broker, sink, ckpt, "--trigger", "1s", "--pec-name", "pec0", *extra)
 
 
 def output(proc) -> str:
@@ -143,3 +149,54 @@ def once_in_session(spark, bootstrap: str, sink: str, checkpoint, max_records: i
     except Exception:           # noqa: BLE001 -- StreamingQueryException: asserted below with its text
         pass
     assert query.exception() is None, query.exception()
+
+
+def run_once(spark, bootstrap, sink_url, checkpoint, **source_kw):
+    query = start_query(spark, sink_url=sink_url, checkpoint=str(checkpoint), once=True, echo=lambda _l: None,
+                        source_opts=source_options(bootstrap, **source_kw))
+    try:
+        query.awaitTermination(600)
+    except Exception:       # StreamingQueryException: the test reads it back from query.exception()
+        pass
+    return query
+
+
+def sink_totals(url: str) -> dict:
+    s = open_sink(url)
+    try:
+        progress = s.query("SELECT COALESCE(SUM(input_rows), 0) AS rows, COALESCE(SUM(dead_letters), 0) AS dead, "
+                           "COUNT(*) AS batches FROM pipeline_progress WHERE query_name = 'dirstream'")[0]
+        seen = {r["protocol"]: r["n"] for r in s.query(
+            "SELECT protocol, SUM(messages) AS n FROM raw_messages_seen GROUP BY protocol")}
+        dead = s.query("SELECT message_id, error_reason, error_structure, error_field, error_offset, topic, "
+                       "kafka_partition, kafka_offset, raw_value FROM dead_letters")
+        return {"rows": int(progress["rows"]), "dead": int(progress["dead"]), "batches": progress["batches"],
+                "seen": {k: int(v) for k, v in seen.items()}, "dead_letters": dead}
+    finally:
+        s.close()
+
+
+def wait_for_rows(url: str, n: int, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if sink_totals(url)["rows"] >= n:
+                return
+        except Exception:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"sink did not reach {n} rows within {timeout} s")
+
+
+def raw_tables(url: str) -> dict:
+    """The raw side of the sink: dead letters, the counts per protocol and server, the rows read."""
+    s = open_sink(url)
+    try:
+        return {
+            "dead_letters": s.query("SELECT topic, kafka_partition, kafka_offset, kafka_key, protocol, error, raw_value, "
+                                    "message_id FROM dead_letters ORDER BY topic, kafka_partition, kafka_offset"),
+            "raw_messages_seen": s.query("SELECT * FROM raw_messages_seen ORDER BY protocol, server, minute"),
+            "rows": s.query("SELECT SUM(input_rows) AS n FROM pipeline_progress WHERE query_name = 'dirstream'")[0]["n"],
+        }
+    finally:
+        s.close()

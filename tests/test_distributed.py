@@ -2,7 +2,7 @@
 with executors whose Python does not have the project: the job ships its own code."""
 from conftest import dirstream, free_port, simulate
 from job_runs import once_in_session
-from test_job import _dump
+from job_runs import raw_tables
 from test_packaging import deps_only_python
 
 from infra.spark_standalone import StandaloneCluster
@@ -28,7 +28,7 @@ def test_standalone_cluster_matches_local_mode(broker, tmp_path, spark):
         assert len(list((tmp_path / "started").iterdir())) > 1, "the executors ran the worker interpreter"
     finally:
         cluster.stop()
-    a, b = _dump(local), _dump(remote)
+    a, b = raw_tables(local), raw_tables(remote)
     assert a["rows"] == b["rows"] == summary["published"]
     assert a["dead_letters"] == b["dead_letters"] and a["raw_messages_seen"] == b["raw_messages_seen"]
 

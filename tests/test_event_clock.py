@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from producers.kafka import KafkaSettings, ensure_topics
 from streaming.spark.event_clock import ArrivalIndex, ReleaseGate
 from streaming.spark.kafka_offsets import SourceError, flatten
-from streaming.spark.kafka_source import KafkaStreamReader, _cap
+from streaming.spark.kafka_source import KafkaStreamReader, proportional_cap
 from streaming.spark.pipeline import source_options
 from streaming.wire.envelope import encode_envelope, make_envelope
 from streaming.wire.topics import TOPICS
@@ -85,7 +85,7 @@ def test_every_capped_plan_stays_within_max_records_and_no_partition_runs_ahead(
             first_left = [ARRIVALS[t][plan[t]] for t in ARRIVALS if plan[t] < len(ARRIVALS[t])]
             aligned = not first_left or last_read <= min(first_left)
             # left in proportion only when aligning would read nothing (a partition begun ahead)
-            proportional = {t: o for (t, _), o in _cap({(t, 0): b for t, b in begin.items()},
+            proportional = {t: o for (t, _), o in proportional_cap({(t, 0): b for t, b in begin.items()},
                                                        {(t, 0): len(v) for t, v in ARRIVALS.items()}, cap).items()}
             assert aligned or plan == proportional, (begin, cap, plan)
             misaligned += not aligned

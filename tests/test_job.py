@@ -6,6 +6,7 @@ import time
 
 import pytest
 from conftest import resident_kb, simulate
+from job_runs import bare_job, output, run_once, sink_totals, wait_for_rows
 
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics
 from streaming.wire.envelope import encode_envelope, make_envelope
@@ -13,31 +14,6 @@ from streaming.spark.pipeline import source_options, start_query
 from streaming.sinks import open_sink
 from streaming.wire.topics import TOPICS
 from streaming.wire import encode, mqcn
-
-
-def run_once(spark, bootstrap, sink_url, checkpoint, **source_kw):
-    query = start_query(spark, sink_url=sink_url, checkpoint=str(checkpoint), once=True, echo=lambda _l: None,
-                        source_opts=source_options(bootstrap, **source_kw))
-    try:
-        query.awaitTermination(600)
-    except Exception:       # StreamingQueryException: the test reads it back from query.exception()
-        pass
-    return query
-
-
-def sink_totals(url: str) -> dict:
-    s = open_sink(url)
-    try:
-        progress = s.query("SELECT COALESCE(SUM(input_rows), 0) AS rows, COALESCE(SUM(dead_letters), 0) AS dead, "
-                           "COUNT(*) AS batches FROM pipeline_progress WHERE query_name = 'dirstream'")[0]
-        seen = {r["protocol"]: r["n"] for r in s.query(
-            "SELECT protocol, SUM(messages) AS n FROM raw_messages_seen GROUP BY protocol")}
-        dead = s.query("SELECT message_id, error_reason, error_structure, error_field, error_offset, topic, "
-                       "kafka_partition, kafka_offset, raw_value FROM dead_letters")
-        return {"rows": int(progress["rows"]), "dead": int(progress["dead"]), "batches": progress["batches"],
-                "seen": {k: int(v) for k, v in seen.items()}, "dead_letters": dead}
-    finally:
-        s.close()
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -160,25 +136,13 @@ def test_new_topics_matching_the_pattern_are_picked_up(spark, broker, tmp_path):
                         echo=lambda _l: None, source_opts={**source_options(broker), "topics": "",
                                                            "topicPattern": r"msmq\.sd\..*"} | {})
     try:
-        _wait_for_rows(url, 10)
+        wait_for_rows(url, 10)
         ensure_topics(settings, {"msmq.sd.extra": 2})
         _publish_raw(broker, "msmq.sd.extra", [good] * 25)
-        _wait_for_rows(url, 35)
+        wait_for_rows(url, 35)
     finally:
         query.stop()
     assert sink_totals(url)["rows"] == 35
-
-
-def _wait_for_rows(url: str, n: int, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if sink_totals(url)["rows"] >= n:
-                return
-        except Exception:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"sink did not reach {n} rows within {timeout} s")
 
 
 def test_recreated_topic_fails_or_skips_counting(spark, broker, tmp_path):
@@ -206,19 +170,6 @@ def test_recreated_topic_fails_or_skips_counting(spark, broker, tmp_path):
 
 
 # ---------------------------------------------------------------------------- restarts
-def _job(broker, sink, ckpt, *extra) -> subprocess.Popen:
-    import shutil
-    import sys
-    from pathlib import Path
-    exe = shutil.which("dirstream", path=str(Path(sys.executable).parent))
-    log = open(f"{ckpt}-{time.monotonic_ns()}.log", "w")     # a file: the job's output would fill a pipe
-    proc = subprocess.Popen([exe, "run", "--bootstrap", broker, "--sink", sink, "--checkpoint", str(ckpt),
-                             "--master", "local[2]", *extra], stdout=log, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    proc.log_path = log.name
-    return proc
-
-
 def test_ctrl_c_stops_a_job_with_a_backlog_after_the_batch_in_flight(broker, tmp_path):
     """A query with a backlog runs its micro-batches back to back, so it is hardly ever seen between
     two: Ctrl-C (the stop file, kafka_source option stopFile) lets no new batch start, and the job
@@ -231,37 +182,19 @@ def test_ctrl_c_stops_a_job_with_a_backlog_after_the_batch_in_flight(broker, tmp
     records = 60_000
     _publish_raw(broker, topic, [_env("mqsd", bytes.fromhex("00010000") + bytes(48))] * records)
     url, ckpt = f"sqlite:///{tmp_path}/sink.db", tmp_path / "ckpt"
-    job = _job(broker, url, ckpt, "--topics", topic, "--max-records", "100", "--trigger", "10ms")
+    job = bare_job(broker, url, ckpt, "--topics", topic, "--max-records", "100", "--trigger", "10ms")
     try:
-        _wait_for_rows(url, 500, timeout=600)
+        wait_for_rows(url, 500, timeout=600)
         job.send_signal(signal.SIGINT)
-        assert job.wait(600) == 0, _output(job)
+        assert job.wait(600) == 0, output(job)[-5000:]
     finally:
         if job.poll() is None:
             job.kill()
     read = sink_totals(url)["rows"]
-    assert 500 <= read < records / 4, f"{read} of {records} records read after Ctrl-C: {_output(job)}"
-    rest = _job(broker, url, ckpt, "--topics", topic, "--once")
-    assert rest.wait(600) == 0, _output(rest)
+    assert 500 <= read < records / 4, f"{read} of {records} records read after Ctrl-C: {output(job)[-5000:]}"
+    rest = bare_job(broker, url, ckpt, "--topics", topic, "--once")
+    assert rest.wait(600) == 0, output(rest)[-5000:]
     assert sink_totals(url)["rows"] == records
-
-
-def _output(proc) -> str:
-    with open(proc.log_path) as fh:
-        return fh.read()[-5000:]
-
-
-def _dump(url: str) -> dict:
-    s = open_sink(url)
-    try:
-        return {
-            "dead_letters": s.query("SELECT topic, kafka_partition, kafka_offset, kafka_key, protocol, error, raw_value, "
-                                    "message_id FROM dead_letters ORDER BY topic, kafka_partition, kafka_offset"),
-            "raw_messages_seen": s.query("SELECT * FROM raw_messages_seen ORDER BY protocol, server, minute"),
-            "rows": s.query("SELECT SUM(input_rows) AS n FROM pipeline_progress WHERE query_name = 'dirstream'")[0]["n"],
-        }
-    finally:
-        s.close()
 
 
 def test_envelope_only_decoding_leaves_the_body_to_its_operator():

@@ -17,7 +17,7 @@ from streaming.spark.pipeline import source_options, start_query
 from streaming.sinks import open_sink
 from streaming.wire.topics import TOPICS
 from streaming.wire import encode
-from test_job import _job, _output, _wait_for_rows, run_once, sink_totals
+from job_runs import bare_job, output, run_once, sink_totals, wait_for_rows
 
 
 def _mqsd_records(n: int) -> list[bytes]:
@@ -42,12 +42,12 @@ def test_a_partition_added_while_the_job_runs_is_picked_up(spark, broker, tmp_pa
     query = start_query(spark, sink_url=url, checkpoint=str(tmp_path / "ckpt"), trigger="500ms",
                         echo=lambda _l: None, source_opts=source_options(broker, topics=[topic]))
     try:
-        _wait_for_rows(url, 20)
+        wait_for_rows(url, 20)
         admin = AdminClient({"bootstrap.servers": broker})
         [f.result(30) for f in admin.create_partitions([NewPartitions(topic, 5)]).values()]
         for partition in (2, 3, 4):
             _produce(broker, topic, _mqsd_records(10), partition=partition)
-        _wait_for_rows(url, 50)
+        wait_for_rows(url, 50)
     finally:
         query.stop()
     s = open_sink(url)
@@ -91,8 +91,8 @@ def test_a_replay_of_one_protocol_runs_the_whole_job(broker, tmp_path):
     replayed = dirstream("produce", "replay", str(hex_file), "--protocol", "mqcn", "--bootstrap", broker)
     assert replayed.returncode == 0, replayed.stderr
     url = f"sqlite:///{tmp_path}/sink.db"
-    done = _job(broker, url, tmp_path / "ckpt", "--once")
-    assert done.wait(600) == 0, _output(done)
+    done = bare_job(broker, url, tmp_path / "ckpt", "--once")
+    assert done.wait(600) == 0, output(done)[-5000:]
     log = open(done.log_path).read()
     assert "raw topic(s) msmq.dsrp.raw, msmq.sd.raw did not exist" in log and "created them empty" in log
     assert sink_totals(url)["seen"] == {"mqcn": len(bodies)}

@@ -137,10 +137,10 @@ def test_the_jobs_first_operator_keeps_a_senders_findings_in_its_state_across_ba
 
 
 def test_the_security_page_shows_where_in_kafka_and_in_the_capture_a_rejected_packet_is():
-    from streaming.apps.dashboard_pages import _where
+    from streaming.apps.dashboard_pages import evidence_text
     where = dict(evidence(REJECTED_TOPIC, 2, 11, None), capture="site.pcapng", position="packet 7 (TCP ...)")
-    assert _where(where) == "msmq.qb.rejected[2]@11 (site.pcapng:packet 7 (TCP ...))"
-    assert _where(evidence("msmq.cn.raw", 0, 5, "m-1")) == "msmq.cn.raw[0]@5 (m-1)"
+    assert evidence_text(where) == "msmq.qb.rejected[2]@11 (site.pcapng:packet 7 (TCP ...))"
+    assert evidence_text(evidence("msmq.cn.raw", 0, 5, "m-1")) == "msmq.cn.raw[0]@5 (m-1)"
 
 
 def test_a_replay_publishes_each_rejected_packet_among_the_messages_of_its_time():

@@ -299,7 +299,7 @@ def security_page(r: SinkReader):
     totals: dict[str, int] = {}
     for f in rows:
         totals[f["kind"]] = totals.get(f["kind"], 0) + int(f["count"])
-    shown = [dict(f, first=_where(_json(f["evidence"]).get("first")), latest=_where(_json(f["evidence"]).get("last")))
+    shown = [dict(f, first=evidence_text(_json(f["evidence"]).get("first")), latest=evidence_text(_json(f["evidence"]).get("last")))
              for f in rows[:500]]
     return [
         html.H3("Security"),
@@ -309,7 +309,7 @@ def security_page(r: SinkReader):
     ]
 
 
-def _where(e: dict | None) -> str:
+def evidence_text(e: dict | None) -> str:
     """A finding's evidence as a Kafka coordinate, topic[partition]@offset, then the message id, or
     for a rejected MQQB packet the capture and the position in it."""
     if not e:

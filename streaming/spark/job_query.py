@@ -44,7 +44,7 @@ from .rejected_query import RejectedPacketsProcessor
 from .notification_query import NotificationProcessor
 from .operator_counts import start_counting
 from . import RECORDS_PER_TASK
-from .pipeline import BatchWriter, _start, checkpoint_query_id
+from .pipeline import BatchWriter, start_stream, checkpoint_query_id
 from .stateful import batch_rows
 from .replication_query import VERSIONS, ReplicationProcessor
 from .registry_query import SERVERS, RegistryProcessor
@@ -225,7 +225,7 @@ def start_job_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict,
     outbound = {"topic": outbound_topic, "kafka": kafka_conf or {}} if outbound_topic else None
     writer = JobWriter(sink_url, opts, query_id, opts.get("dataLossLog"), echo, outbound)
     writer.sink  # open (and create tables) before starting, so a bad URL fails fast
-    return _start(job_stream(spark, opts, settings, pec_name, query_id), "dirstream", checkpoint, writer, once,
+    return start_stream(job_stream(spark, opts, settings, pec_name, query_id), "dirstream", checkpoint, writer, once,
                   trigger, observer)
 
 

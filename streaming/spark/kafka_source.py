@@ -219,7 +219,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _capped(self, begin: dict, ends: dict, max_rows: int) -> dict:
         """At most max_rows records, shared in proportion to each partition's backlog; with decoded
         envelopes the shares end at one common event time (event_clock.aligned_cap)."""
-        shares = {tp: end for tp, end in _cap(begin, ends, max_rows).items() if tp in ends}
+        shares = {tp: end for tp, end in proportional_cap(begin, ends, max_rows).items() if tp in ends}
         if self.align_by_time:
             from .event_clock import aligned_cap
             shares = aligned_cap(self.arrivals, begin, ends, shares, max_rows)
@@ -427,7 +427,7 @@ def _split(tp: tuple[str, int], first: int, stop: int, most: int | None) -> list
     return [KafkaInputPartition(tp[0], tp[1], a, b) for a, b in zip(bounds, bounds[1:])]
 
 
-def _cap(begin: dict, ends: dict, max_rows: int) -> dict:
+def proportional_cap(begin: dict, ends: dict, max_rows: int) -> dict:
     """Admission control: share max_rows across partitions with data, in proportion to their backlog."""
     backlog = {tp: ends[tp] - begin[tp] for tp in ends if ends[tp] > begin[tp]}
     total = sum(backlog.values())

@@ -179,7 +179,7 @@ class BatchWriter:
         self._sink = None
         self._offsets = None
         self._ends: dict[tuple[str, int], int] = {}
-        self.query_name, self.observer = "dirstream", None     # set by _start
+        self.query_name, self.observer = "dirstream", None     # set by start_stream
 
     @property
     def sink(self):
@@ -336,10 +336,10 @@ def start_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, onc
     if records_per_task:
         source_opts = {**source_opts, "maxRecordsPerPartition": str(records_per_task)}
     frame = decoded_stream(spark, source_opts, mode="true" if per_record else "summary")
-    return _start(frame, "dirstream", checkpoint, writer, once, trigger, observer)
+    return start_stream(frame, "dirstream", checkpoint, writer, once, trigger, observer)
 
 
-def _start(frame, name: str, checkpoint: str, writer, once: bool, trigger: str, observer=None):
+def start_stream(frame, name: str, checkpoint: str, writer, once: bool, trigger: str, observer=None):
     """observer: told of every micro-batch written (streaming.apps.console.JobConsole.batch)."""
     writer.query_name, writer.observer = name, observer
     stream = frame.writeStream.queryName(name).option("checkpointLocation", checkpoint).foreachBatch(writer)
