@@ -114,3 +114,17 @@ def test_no_code_comment_or_doc_cites_a_tracker_number():
     found += [f"{name}:{n}" for name in ("Makefile", "pyproject.toml")
               for n, line in enumerate((ROOT / name).read_text().splitlines(), 1) if cited.search(line)]
     assert not found, "\n".join(found)
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A leading underscore says a name is its module's own: the project's modules and tests import
+    only public names from each other (the standard library's are not this project's to change)."""
+    project = set(modules()) | {p.stem for p in (ROOT / "tests").glob("*.py")}
+    found = []
+    for path in [*modules().values(), *(ROOT / "tests").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in
+                                                      {m.split(".")[0] for m in project}):
+                found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []
