@@ -1,1 +1,3 @@
 """Infrastructure helpers: the embedded Kafka-compatible broker."""
+
+__all__: list[str] = []

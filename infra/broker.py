@@ -20,6 +20,10 @@ from base64 import urlsafe_b64encode
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = ["answers", "BrokerError", "BrokerStatus", "DEFAULT_BOOTSTRAP", "DEFAULT_HEAP", "DEFAULT_HOST",
+           "DEFAULT_PORT", "default_state_dir", "EmbeddedBroker", "fetch_jars", "free_port", "jar_cache",
+           "java_binary", "KAFKA_VERSION"]
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 19092
 DEFAULT_BOOTSTRAP = f"{DEFAULT_HOST}:{DEFAULT_PORT}"

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from ipaddress import ip_address
 from pathlib import Path
 
+__all__ = ["ADMIN_USER", "client_options", "CLIENT_USER", "ensure_tls", "keytool", "listener_config", "MECHANISM",
+           "read_client_properties", "scram_format_arguments", "Secrets", "SECURITY_MODES", "SecurityError",
+           "write_client_properties", "write_private"]
+
 MECHANISM = "SCRAM-SHA-512"
 CLIENT_USER = "dirstream"
 ADMIN_USER = "admin"

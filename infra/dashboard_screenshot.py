@@ -16,6 +16,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+__all__ = ["DIRSTREAM", "dirstream", "fill_sink", "free_port", "main", "PAGES", "ROOT", "screenshot"]
+
 ROOT = Path(__file__).resolve().parents[1]
 DIRSTREAM = str(Path(sys.executable).parent / "dirstream")
 PAGES = ("pipeline", "replication", "directory", "notifications", "discovery", "security")

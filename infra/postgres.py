@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+__all__ = ["postgres_bindir", "PostgresError", "TemporaryPostgres"]
+
 
 class PostgresError(RuntimeError):
     pass

@@ -19,6 +19,9 @@ from typing import Any, Callable
 
 from infra.broker import free_port
 
+__all__ = ["duration_seconds", "HOST", "prometheus_binary", "PrometheusError", "PrometheusServer", "READY_TIMEOUT",
+           "scale_duration", "scaled_rules"]
+
 HOST = "127.0.0.1"
 READY_TIMEOUT = 60.0
 

@@ -30,6 +30,8 @@ import warnings
 import zipfile
 from pathlib import Path
 
+__all__ = ["add_bytecode", "has_bytecode", "is_test_suite", "main", "pyc_bytes", "pyspark_zips", "STAMP"]
+
 STAMP = "msmq-dirstream-bytecode.txt"      # names the interpreter the pycs were compiled for
 
 

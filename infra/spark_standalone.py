@@ -6,6 +6,8 @@ import subprocess
 import time
 from pathlib import Path
 
+__all__ = ["StandaloneCluster"]
+
 
 def _spark_class() -> str:
     import pyspark

@@ -34,6 +34,10 @@ from streaming.wire.topics import CAPTURE_KEY
 
 from .tcp_streams import SEQ_MOD, Delivery, Direction
 
+__all__ = ["capture_ms", "CaptureDecoder", "classify", "dissect", "envelope_of", "Flow", "live_capture",
+           "MachineNames", "MSMQ_PORT", "NOTIFY_QUEUE_PRIVATE_ID", "Problem", "read_capture", "Rejected",
+           "rejected_of", "Replay", "REPLICATION_QUEUE_PRIVATE_ID", "Seen"]
+
 MSMQ_PORT = 1801
 _GUID = r"\{?([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\}?"
 _REPLICATION_DIRECT = re.compile(r"(?i)^(?:DIRECT=OS:)?([^\\=]+)\\private\$\\mqis_queue\$$")

@@ -19,6 +19,8 @@ from streaming.wire import mqqb
 
 from .capture import MSMQ_PORT, classify
 
+__all__ = ["CaptureWriter", "lying_message_size", "MALFORMED_RATE", "MSS", "SOURCE_GUIDS"]
+
 MSS = 1460
 MALFORMED_RATE = 0.02          # --attack mqqb-malformed: after about one replication message in 50
 SOURCE_GUIDS = uuid.UUID("5d1f4c1e-9a0b-4c55-8f7e-3f1d2b7c6a10")     # names a queue manager without a GUID

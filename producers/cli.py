@@ -12,6 +12,9 @@ from .kafka import (CLIENTS, OUTBOUND_TOPIC, REJECTED_TOPIC, TOPICS, KafkaSecuri
                     KafkaUnavailable, ensure_topics, publisher)
 from .publish import REJECTED, in_time_order, publish_all, publish_rejected
 
+__all__ = ["add_kafka_arguments", "cmd_broker", "cmd_capture", "cmd_replay", "cmd_respond", "cmd_simulate",
+           "EXIT_FAILED", "EXIT_USAGE", "FAULT_HELP", "register", "run_guarded", "settings_from", "write_truth"]
+
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 

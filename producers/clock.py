@@ -18,6 +18,8 @@ from .kafka import ConfluentPublisher, TOPICS
 from .publish import publish_envelope
 from .responder import latest_arrival_on
 
+__all__ = ["move_event_time", "PAST_MS", "STEP_MS"]
+
 STEP_MS = 10 * MINUTE           # each copy well within the history of the one before it
 # past the longest wait: a batching window, then a read's wait for a replica, and a minute more
 PAST_MS = Settings().window_ms + UNRESOLVED_WAIT_MS + MINUTE

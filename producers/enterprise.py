@@ -14,6 +14,10 @@ from streaming.wire.properties import (MQDS_CN, MQDS_ENTERPRISE, MQDS_MACHINE, M
                                       MQDS_ROUTINGLINK, MQDS_SITE, MQDS_USER, OBJECT_TYPE_NAMES, Property)
 from streaming.wire.propids import propid
 
+__all__ = ["DeletedObject", "DirObject", "Enterprise", "ENTERPRISE_TYPES", "ID_PROPERTY", "IndexedSet",
+           "MQDS_QUEUE", "MUTABLE", "Partition", "PEC_PARTITION_ID", "props", "SCOPE_ENTERPRISE", "SCOPE_SITE",
+           "security_descriptor", "SeqLog", "Server", "SERVICE_BSC", "SERVICE_NONE", "SERVICE_PEC", "SERVICE_PSC"]
+
 ENTERPRISE_TYPES = (MQDS_ENTERPRISE, MQDS_SITE, MQDS_CN, MQDS_USER, MQDS_ROUTINGLINK)
 SCOPE_SITE, SCOPE_ENTERPRISE = 0, 1
 SERVICE_NONE, SERVICE_BSC, SERVICE_PSC, SERVICE_PEC = 0x0, 0x2, 0x4, 0x8

@@ -10,6 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streaming.wire.topics import OUTBOUND_TOPIC, PROTOCOL_HEADER, REJECTED_TOPIC, TOPICS  # noqa: F401  (re-exported)
+
+__all__ = ["check_reachable", "CLIENTS", "ConfluentPublisher", "DELIVERY_TIMEOUT_MS", "ensure_topics",
+           "KafkaPythonPublisher", "KafkaSecurityError", "KafkaSettings", "KafkaUnavailable", "OUTBOUND_TOPIC",
+           "PROTOCOL_HEADER", "Publisher", "publisher", "REACH_TIMEOUT_S", "read_properties", "REJECTED_TOPIC",
+           "security_refusal", "TOPICS"]
 REACH_TIMEOUT_S = 5.0
 # librdkafka retries a record until this long after it was produced: a broker restart or a short
 # outage is waited out; what is still unconfirmed then is reported by Publisher.close().

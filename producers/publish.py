@@ -12,6 +12,9 @@ from streaming.wire.topics import REJECTED_TOPIC
 from streaming.wire.topics import CAPTURE_HEADER, CAPTURE_KEY, capture_header
 from .kafka import PROTOCOL_HEADER, TOPICS, Publisher
 
+__all__ = ["in_time_order", "ProgressBar", "publish_all", "publish_envelope", "publish_rejected", "PublishStats",
+           "REJECTED"]
+
 
 @dataclass
 class PublishStats:

@@ -17,6 +17,8 @@ from streaming.wire.envelope import PROTOCOL_NAMES, make_envelope
 
 from .capture import Problem, Replay
 
+__all__ = ["CAPTURE_MAGICS", "read_paths"]
+
 # pcap (both byte orders, micro- and nanosecond) and pcapng magic numbers: the capture reader takes these
 CAPTURE_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
                   b"\x0a\x0d\x0d\x0a"}

@@ -23,6 +23,12 @@ from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex
 
 from .truth import properties_from_json
 
+__all__ = ["Answer", "ANSWERED_IDS", "answering_between", "arrives_at", "Authorities", "CLOSE_TIMEOUT_S",
+           "date_answers", "empty_value", "HeldPartition", "latest_arrival_ms", "latest_arrival_on",
+           "live_authorities", "LivePartition", "LivePartitions", "log", "MQ_OK", "OutboundRequests",
+           "run_responder", "SYNC_ORDER", "SYNC_PROPERTIES", "SYNC_REPLY_CHUNK", "TruthPartition",
+           "TruthPartitions"]
+
 log = logging.getLogger("dirstream.responder")
 ANSWERED_IDS = 100_000          # a replayed micro-batch republishes ids it sent moments before
 CLOSE_TIMEOUT_S = 30.0          # the longest a responder waits for its consumer to close

@@ -35,6 +35,12 @@ from . import enterprise as ent
 from .truth import DeliveredNotifications, DiscoveryOutcomes, LostChanges, TruthRecord
 from .enterprise import DeletedObject, DirObject, Enterprise, props, security_descriptor
 
+__all__ = ["ACK_EVERY", "ATTACKS", "CAPTURE_ATTACKS", "Faults", "FLOOD_COPIES", "FLOOD_EVERY", "FLOOD_FIRST",
+           "MESSAGE_ATTACKS", "NACK_CLASSES", "QUIET_TAIL_MS", "ROGUE_ADDRESS", "ROGUE_REPLY_RATE",
+           "ROGUE_SERVERS", "SIM_EPOCH_MS", "SimMessage", "Simulator", "UNAUTHENTICATED_KINDS",
+           "UNAUTHENTICATED_RATE", "UNKNOWN_SENDER_RATE", "UNKNOWN_SENDER_TARGETS", "UNSIGNED_RATE",
+           "UNSIGNED_TARGETS"]
+
 SIM_EPOCH_MS = int(datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
 ACK_EVERY = 256                                        # 3.1.7.2.3: 8th byte of LastSeqNumber == 0x00
 # The quiet tail after the last operation: past the 15-minute MQCN batching window and the 20-minute

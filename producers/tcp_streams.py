@@ -8,6 +8,8 @@ behind it or when the connection ends, and reported as a gap, so the layer above
 """
 from dataclasses import dataclass, field
 
+__all__ = ["Delivery", "Direction", "MAX_PENDING", "SEQ_MOD"]
+
 SEQ_MOD = 1 << 32
 # Bytes held behind a hole before it is declared lost (MQQB packets are at most 4 MiB, MS-MQMQ 2.2.19.1).
 MAX_PENDING = 8 << 20

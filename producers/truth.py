@@ -22,6 +22,11 @@ from streaming.wire.seqnum import seq_hex
 
 from . import enterprise as ent
 
+__all__ = ["build_truth", "DeliveredNotifications", "discovery_result", "DISCOVERY_WAIT_MS", "DiscoveryOutcomes",
+           "end_sections", "LostChanges", "partition_json", "properties_from_json", "properties_to_json",
+           "QM_ATTRIBUTES", "queue_manager_json", "servers_json", "TruthRecord", "value_from_json",
+           "value_to_json", "write_end"]
+
 DISCOVERY_WAIT_MS = 15_000
 QM_ATTRIBUTES = {"quota": "QM_QUOTA", "journal_quota": "QM_JOURNAL_QUOTA", "security": "QM_SECURITY"}
 

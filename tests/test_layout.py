@@ -128,3 +128,52 @@ def test_no_module_imports_another_modules_private_name():
                 found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert found == []
+
+
+def _declared(tree: ast.Module) -> list[str] | None:
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and "__all__" in [
+                getattr(t, "id", None) for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]:
+            return [e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant)]
+    return None
+
+
+def _fallbacks(tree: ast.Module) -> set[int]:
+    """The imports an `except ImportError:` tries when the first fails (another revision's names)."""
+    return {id(n) for handler in ast.walk(tree) if isinstance(handler, ast.ExceptHandler)
+            and getattr(handler.type, "id", None) == "ImportError" for n in ast.walk(handler)}
+
+
+def test_each_module_says_what_it_offers_and_the_others_take_only_that():
+    """__all__ on every module names what it defines or passes on; an import of a project name from
+    a module takes one it names (or a submodule of a package)."""
+    mods = modules()
+    offered, undeclared, missing, taken = {}, [], [], []
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text())
+        declared = _declared(tree)
+        if declared is None:
+            undeclared.append(name)
+            continue
+        bound = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                 for a in n.names} | {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                                       for t in ast.walk(n) if isinstance(t, ast.Name)} | {
+            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        missing += [f"{name}.{d}" for d in declared if d not in bound]
+        offered[name] = set(declared)
+    for path in [*mods.values(), *(ROOT / "tests").rglob("*.py")]:
+        tree = ast.parse(path.read_text())
+        skip = _fallbacks(tree)
+        own = next((m for m, p in mods.items() if p == path), None)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or id(node) in skip:
+                continue
+            base = node.module or ""
+            if node.level:
+                package = own if path.name == "__init__.py" else own.rsplit(".", 1)[0]
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            if base in offered:
+                taken += [f"{path.relative_to(ROOT)}: {base}.{a.name}" for a in node.names
+                          if a.name not in offered[base] and f"{base}.{a.name}" not in mods]
+    assert (undeclared, missing, taken) == ([], [], [])

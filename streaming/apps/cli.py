@@ -5,6 +5,8 @@ import sys
 
 from ..wire import PROTOCOLS, WireError, decode, record_to_dict
 
+__all__ = ["build_parser", "cmd_decode", "cmd_spark_main", "EXIT_BAD_INPUT", "main", "version"]
+
 EXIT_BAD_INPUT = 2
 
 

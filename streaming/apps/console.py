@@ -14,6 +14,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+__all__ = ["capture_output", "ConsoleHandler", "JobConsole", "PLAIN_EVERY_S", "QUERY_LABELS", "QueryLine",
+           "RunTotals"]
+
 QUERY_LABELS = {"dirstream": "job", "dirstream-operators": "operators"}
 PLAIN_EVERY_S = 10.0
 

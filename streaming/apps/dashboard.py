@@ -11,6 +11,8 @@ import sys
 from ..sinks import masked
 from .sink_reader import SinkReader, SinkUnavailable
 
+__all__ = ["cmd_dashboard", "create_app", "PAGES", "register"]
+
 PAGES = [("/pipeline", "Pipeline"), ("/replication", "Replication"), ("/directory", "Directory"),
          ("/notifications", "Notifications"), ("/discovery", "Discovery"), ("/security", "Security")]
 # ====================================================================== the app

@@ -8,6 +8,9 @@ import os
 import threading
 from pathlib import Path
 
+__all__ = ["add_user", "AuthFileError", "BasicAuth", "is_loopback", "LOOPBACK_HOSTS", "protect", "read_users",
+           "REALM"]
+
 LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
 REALM = "dirstream dashboard"
 

@@ -8,6 +8,10 @@ from ..sinks import as_bool
 from . import health
 from .sink_reader import SinkReader
 
+__all__ = ["directory_objects", "directory_page", "discovery_page", "drill", "empty", "evidence_text",
+           "HEALTH_COLOURS", "HOW_TO_FILL", "notifications_page", "pipeline_page", "queue_manager", "replica_diff",
+           "replication_page", "ROUTES", "security_page", "stat", "table"]
+
 HEALTH_COLOURS = {"in sync": "#2e7d32", "pending changes": "#f9a825", "gap being resynced": "#ef6c00",
                   "initial sync outstanding": "#90a4ae", "sync0": "#6a1b9a", "behind the purge horizon": "#c62828",
                   "own partition": "#e0e0e0"}

@@ -11,6 +11,10 @@ from ..operators.replication import PurgeState
 from ..sinks import as_bool
 from ..wire.seqnum import seq_hex
 
+__all__ = ["dead_letter_counts", "discovery_outcomes", "epoch_s", "finding_counts", "INITIAL_WINDOW", "NO_WINDOW",
+           "PURGE_STATES", "query_summary", "queue_manager_health", "queue_managers", "QueueManagerHealth",
+           "reason_class", "replica_clock", "replica_health", "ReplicaHealth", "replicas", "SYNC0_STATES"]
+
 PURGE_STATES = tuple(state.label for state in PurgeState)        # replication_partitions.purge_state
 SYNC0_STATES = tuple(state.label for state in PurgeState if state != PurgeState.NORMAL)
 # replication_partitions.change_missing_window's two marks (MC-MQDSRP 3.1.1.2.3)

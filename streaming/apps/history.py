@@ -9,6 +9,9 @@ from ..sinks import iso
 from .run import DEFAULT_SINK
 from .sink_reader import SinkReader, SinkUnavailable
 
+__all__ = ["cmd_history", "COLUMNS", "json_lines", "moment_param", "object_history", "parse_time", "register",
+           "text_lines"]
+
 COLUMNS = "server, object_guid, version, kind, seq_number, object_type, path_name, properties, valid_from, valid_to"
 
 

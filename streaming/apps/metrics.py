@@ -17,6 +17,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from . import health
 
+__all__ = ["DEFAULT_PORT", "DURATION_BUCKETS", "JobMetrics", "log", "MetricsServer", "serve",
+           "sink_outage_families"]
+
 log = logging.getLogger("dirstream.metrics")
 
 DEFAULT_PORT = 9108

@@ -6,6 +6,9 @@ import sys
 import tempfile
 import time
 
+__all__ = ["cmd_run", "cn_settings", "DEFAULT_CHECKPOINT", "DEFAULT_SINK", "Observers", "OPERATORS_QUERY_NAME",
+           "RAW_TOPIC_PARTITIONS", "register", "StoppedWhileStarting", "StopRequests"]
+
 DEFAULT_SINK = "sqlite:///var/dirstream.db"
 DEFAULT_CHECKPOINT = "var/checkpoint"
 OPERATORS_QUERY_NAME = "dirstream-operators"   # pipeline_progress.query_name of the operators' rows

@@ -5,6 +5,8 @@ from urllib.parse import urlparse
 
 from ..sinks import masked
 
+__all__ = ["SinkReader", "SinkUnavailable"]
+
 
 class SinkUnavailable(RuntimeError):
     pass

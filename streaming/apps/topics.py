@@ -6,6 +6,9 @@ import sys
 
 from ..wire.topics import OUTBOUND_TOPIC, REJECTED_TOPIC, TOPICS
 
+__all__ = ["cmd_topics", "EXIT_DIFFERS", "EXIT_UNREACHABLE", "KEPT_FOREVER", "RAW_PARTITIONS", "recommended",
+           "register", "TIMEOUT_S"]
+
 RAW_PARTITIONS = 4
 KEPT_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 EXIT_DIFFERS, EXIT_UNREACHABLE = 1, 2

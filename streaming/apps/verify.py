@@ -7,6 +7,11 @@ from ..operators.server_registry import DECIDE_AFTER_MS
 from ..sinks import as_bool, open_sink
 from .verify_reads import ReadJudge, ReadRecord, ReplicaHistory, epoch_ms
 
+__all__ = ["check_discovery", "check_findings", "CHECK_FUNCTIONS", "check_notifications", "check_replication",
+           "CHECK_SECTIONS", "CHECKS", "cmd_verify", "compare_discovery", "compare_findings",
+           "compare_notifications", "compare_replication", "lost_values", "NAMED_TYPES", "register",
+           "REGISTRY_KINDS", "V1_COMPARED", "V2_COMPARED", "WATERMARK_DELAY_MS"]
+
 CHECKS = ("discovery", "replication", "notifications", "findings")
 
 

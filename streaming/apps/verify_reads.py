@@ -24,6 +24,8 @@ from datetime import datetime
 from ..operators.replication_rows import ts
 from ..wire.seqnum import seq_from_hex, seq_hex
 
+__all__ = ["epoch_ms", "HeldVersion", "ReadJudge", "ReadRecord", "ReplicaHistory"]
+
 
 @dataclass(frozen=True)
 class HeldVersion:

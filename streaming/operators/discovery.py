@@ -21,6 +21,10 @@ from dataclasses import dataclass, field
 
 from .server_registry import Check
 
+__all__ = ["Discovery", "DiscoveryState", "EARLY_REPLY_WAIT_MS", "forget", "FORGET_AFTER_MS", "forget_at",
+           "Orphan", "Outcome", "Reply", "reply_check", "Request", "state_from_json", "state_to_json",
+           "WAIT_FOR_RESPONSE_MS"]
+
 WAIT_FOR_RESPONSE_MS = 15_000          # 3.1.2.1 Wait For Response Timer
 FORGET_AFTER_MS = 15_000               # not in the spec: how long a completed request is remembered
 # Not in the spec either: how long a reply waits for a request delivered after it. Its client sent the

@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 
 from ..wire.envelope import millis
 
+__all__ = ["Aggregate", "BUCKET_MS", "evidence", "FindingLog", "FLOOD_PER_MINUTE", "KINDS", "RejectedPackets"]
+
 BUCKET_MS = 3_600_000               # one row per (kind, source, target) and hour
 # mqcn-flood: the simulator's busiest legitimate queue manager takes at most about 650 notifications
 # in a minute (bursts of 100-130 changes, MS-MQCN note <3>, at the test suite's burst rate); a

@@ -14,6 +14,9 @@ from ..wire import WireError, decode
 from .notification_rows import directory_version
 from .notifications import QueueManager, notification_from
 
+__all__ = ["advance", "apply_row", "DIRECTORY", "directory_row", "DIRECTORY_VERSIONS", "order", "pack_versions",
+           "Row", "ROW_FIELDS", "split", "unpack_versions"]
+
 ROW_FIELDS = ("event_ms", "kind", "topic", "partition", "offset", "body", "message_id", "sender_identifier_type",
               "authentication_level", "source_machine", "destination_machine", "destination_queue", "capture")
 # capture: a capture producer's position of the message (a Kafka header); None in rows a state

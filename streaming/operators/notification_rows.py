@@ -12,6 +12,9 @@ from .notifications import QueueManager, Version
 from ..wire.seqnum import seq_hex
 from .replication_rows import VersionRecord, ts
 
+__all__ = ["directory_version", "FirstArrivals", "health_columns", "QUEUE_COLUMNS", "read_columns", "step_rows",
+           "version_event_ms", "version_owner", "version_record"]
+
 QUEUE_COLUMNS = {
     "PROPID_Q_PATHNAME": "path_name", "PROPID_Q_TYPE": "type", "PROPID_Q_LABEL": "label",
     "PROPID_Q_BASEPRIORITY": "base_priority", "PROPID_Q_JOURNAL": "journal", "PROPID_Q_QUOTA": "quota",

@@ -37,6 +37,11 @@ from ..wire.mqcn import EVENTS, ChangeNotificationMessage, Command, Event
 from ..wire.properties import MQDS_MACHINE, MQDS_QUEUE, object_type_of
 from ..wire.propids import PROPIDS
 
+__all__ = ["APPEARED", "Batch", "is_notification_queue", "json_value", "MESSAGE_ID_HISTORY_MS", "MINUTE",
+           "Notification", "notification_from", "NOTIFY_QUEUE_NUMBER", "Outcome", "QMState", "QUEUE_DEFAULTS",
+           "queue_manager_of", "QueueManager", "QueueRecord", "recency", "REFRESH", "Settings",
+           "UNRESOLVED_WAIT_MS", "V1_CREATE", "V1_QM_UPDATE", "V1_QUEUE_UPDATE", "V2_QUEUE_READ", "Version"]
+
 MINUTE = 60_000
 NOTIFY_QUEUE_NUMBER = "3"             # MQCN 1.9: NOTIFY_QUEUE_PRIVATE is private queue 3
 MESSAGE_ID_HISTORY_MS = 30 * MINUTE   # [MS-MQQB] 3.1.2.8 and note <47>: the history cleanup timeout

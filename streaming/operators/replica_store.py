@@ -18,6 +18,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
+__all__ = ["bucket_of", "BucketBackend", "DictBackend", "DirObject", "ENTRIES_PER_BUCKET", "LEGACY_BUCKETS",
+           "ObjectStore", "StoreLayout"]
+
 LEGACY_BUCKETS = 256
 ENTRIES_PER_BUCKET = 512
 

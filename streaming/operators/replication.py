@@ -41,6 +41,15 @@ from .findings import FindingLog
 from .server_registry import SERVICE_BITS, Check
 from .replica_store import DirObject, ObjectStore, StoreLayout
 
+__all__ = ["BSC_ACK_FIRST_MS", "BSC_ACK_MS", "CHANGE_WAIT_AUTHORITY_MS", "CHANGE_WAIT_OTHER_MS", "DeletedObject",
+           "E_PECNAME", "ForwardedRequest", "Handled", "ID_PROPERTY", "IllegalPurgeMove", "INITIAL_SYNC_WINDOW",
+           "INTERSITE_MS", "INTRASITE_MS", "MQ_ERROR", "MQ_OK", "MQDS_OBJECT_NOT_FOUND", "NACK_CLASSES",
+           "NACK_RESEND_LIMIT", "Neighbor", "NO_WINDOW", "Outbound", "Partition", "PEC_PARTITION_ID",
+           "PENDING_LIMIT", "PendingEvent", "PROPAGATION_CHUNK", "PURGE_BUFFER", "PURGE_COMPLETESYNC0",
+           "PURGE_EVERY", "PURGE_MOVES", "PURGE_NORMAL", "PURGE_STARTSYNC0", "PURGE_STATE_NAMES", "PURGE_SYNC0",
+           "PurgeState", "QM_PATHNAME", "QM_SERVICE", "QM_SITE_ID", "Replica", "ReplicaOutputs",
+           "RESERVED_PROPIDS", "S_PSC", "S_SITEID", "SEQ_HEADER_MS", "ServerState", "SERVICE_BSC"]
+
 PEC_PARTITION_ID = GUID_NULL
 PENDING_LIMIT = 100                  # 3.1.7.2.2
 PURGE_EVERY, PURGE_BUFFER = 256, 1024  # 3.1.7.2.3, 3.1.7.2.9

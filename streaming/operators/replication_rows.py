@@ -23,6 +23,11 @@ from .server_registry import check_text, fact_text, servers_named
 from .replica_store import DirObject
 from .replication import PURGE_STATE_NAMES, Outbound, Replica, ReplicaOutputs
 
+__all__ = ["deleted_rows", "detail", "finding_rows", "history_rows", "json_value", "object_rows",
+           "OUTBOUND_NAMESPACE", "outbound_row", "outbound_rows", "pending_rows", "properties_json",
+           "published_version", "REGISTRY", "registry_rows", "server_rows", "step_rows", "ts", "version_rows",
+           "VersionRecord"]
+
 OUTBOUND_NAMESPACE = uuid.UUID("6f0c3d1e-5a8b-4c1e-9d2f-2b7e4a9c0d11")
 
 

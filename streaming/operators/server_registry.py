@@ -22,6 +22,10 @@ from ..wire.properties import MQDS_ENTERPRISE, MQDS_MACHINE, MQDS_SITE
 from ..wire.propids import propid
 from .findings import BUCKET_MS, FindingLog
 
+__all__ = ["advance", "apply_text", "CHECK", "Check", "check_text", "DECIDE_AFTER_MS", "E_PECNAME", "FACT",
+           "fact_text", "IP_ADDRESS_TYPE", "ip_addresses", "QM_ADDRESS", "QM_PATHNAME", "QM_SERVICE", "S_PSC",
+           "ServerRegistry", "servers_named", "SERVICE_BITS"]
+
 DECIDE_AFTER_MS = 120_000
 FACT, CHECK = "server", "check"             # the two kinds of input row
 SERVICE_BITS = 0x2 | 0x4 | 0x8              # PROPID_QM_SERVICE: BSC, PSC, PEC (MS-MQMQ 2.3.2.9)

@@ -19,6 +19,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
+__all__ = ["as_bool", "DEAD_LETTERS", "DELETED_OBJECTS", "DIRECTORY_HISTORY", "DIRECTORY_OBJECTS",
+           "DISCOVERY_REQUESTS", "DISCOVERY_UNMATCHED", "iso", "log", "masked", "NOTIFICATION_BATCHES",
+           "NOTIFICATIONS", "open_sink", "OUTAGE", "OUTBOUND_MESSAGES", "PENDING_CHANGES", "PIPELINE_PROGRESS",
+           "PostgresSink", "QM_QUEUES", "QUEUE_MANAGERS", "RAW_MESSAGES_SEEN", "REPLICATION_PARTITIONS",
+           "REPLICATION_SERVERS", "RETRY_S", "SAY_EVERY_S", "SECURITY_FINDINGS", "Sink", "SINK_BATCHES",
+           "SinkError", "SinkOutage", "SITE_TOPOLOGY", "SQLITE_LOCK_WAIT_S", "SQLiteSink", "Table", "table",
+           "TABLES", "utcnow", "WAIT_S"]
+
 
 @dataclass(frozen=True)
 class Table:

@@ -11,6 +11,8 @@ from datetime import datetime, timezone
 
 from . import TABLES
 
+__all__ = ["arrow_schema", "columns_of", "ipc_bytes", "JsonText", "pack", "record_batch", "TypedRows", "unpack"]
+
 _ARROW_TYPES = {"text": "string", "bigint": "int64", "double": "float64", "bool": "bool_", "bytes": "binary",
                 "json": "string"}
 _SCHEMAS: dict = {}

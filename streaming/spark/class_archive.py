@@ -19,6 +19,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+__all__ = ["archive_name", "ClassArchive", "directory", "ENV", "EXIT_WAIT_S", "KEPT", "log", "QUIET"]
+
 log = logging.getLogger("dirstream.job")
 ENV = "DIRSTREAM_CLASS_ARCHIVE"
 QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from ..wire.envelope import SCHEMA_IDS, schema_text
 
+__all__ = ["archive_bytes", "PACKAGES", "write_code_archive"]
+
 PACKAGES = ("streaming", "producers")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)               # same bytes for the same code: a stable file name
 

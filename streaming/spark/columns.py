@@ -3,6 +3,8 @@ types. No pyarrow here: Spark asks a source for its schema in short-lived planni
 (create_data_source), which linger a minute after the job starts, when a catch-up's first batches
 run; pyarrow there is 40 MB more."""
 
+__all__ = ["ddl", "DECODED_COLUMNS", "DECODED_DDL", "JOB_COLUMNS", "JOB_DDL", "SUMMARY_COLUMNS", "SUMMARY_DDL"]
+
 DECODED_COLUMNS = (
     ("topic", "string"), ("partition", "int"), ("offset", "bigint"),
     ("kafka_timestamp", "timestamp"), ("key", "string"), ("protocol", "string"),

@@ -15,6 +15,10 @@ from ..wire.topics import PROTOCOL_OF_TOPIC, REJECTED_TOPIC
 from ..wire import WireError, decode
 from .columns import DECODED_COLUMNS, JOB_COLUMNS, SUMMARY_COLUMNS
 
+__all__ = ["decode_batches", "DECODED_ARROW", "DECODED_FIELDS", "Decoder", "ENVELOPE_FIELDS", "FINDING",
+           "JOB_ARROW", "job_batches", "JOB_CHUNK", "JOB_FIELDS", "PASS_ON", "REPLICA", "REQUEST", "state_key",
+           "summarize", "summarize_records", "SUMMARY_ARROW", "SUMMARY_FIELDS", "TaskSummary", "UNKNOWN"]
+
 _ARROW_TYPES = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_(),
                 "binary": pa.binary(), "timestamp": pa.timestamp("us", tz="UTC")}
 DECODED_FIELDS = [(name, _ARROW_TYPES[spark_type]) for name, spark_type in DECODED_COLUMNS]

@@ -19,6 +19,8 @@ from .replication_query import step_frame
 from .stateful import (apply_guarded, dead_letter, ordered_rows, replace_timers,
                        timer_dead_letter, typed_frame)
 
+__all__ = ["DiscoveryProcessor"]
+
 
 def _ts(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")

@@ -31,6 +31,9 @@ from confluent_kafka import Consumer, TopicPartition
 from ..wire.envelope import EnvelopeError, arrival_ms_of
 from .kafka_offsets import BROKER_WAIT_S, READ_AHEAD, SourceError
 
+__all__ = ["aligned_cap", "ArrivalIndex", "FETCH_TIMEOUT_S", "FETCHED_KEPT", "IDLE_PARTITION_S", "log",
+           "ReleaseGate", "SCANNED_AT_MOST"]
+
 log = logging.getLogger("dirstream.clock")
 FETCH_TIMEOUT_S = 10.0              # one attempt at a record; a record is asked for again until BROKER_WAIT_S
 FETCHED_KEPT = 20_000               # records read along with the one asked for, kept at most

@@ -52,6 +52,10 @@ from ..operators.replication_rows import REGISTRY
 from ..operators.notification_input import DIRECTORY_VERSIONS, ROW_FIELDS, pack_versions
 from ..wire.topics import REJECTED_TOPIC, TOPICS
 
+__all__ = ["DirectoryProcessor", "FIRST_COLUMNS", "FIRST_DDL", "FirstRow", "job_stream", "JobWriter", "key_order",
+           "queue_manager_key", "QueueManagerProcessor", "RAW_SUMMARY", "ROW_FIELDS", "SINK", "SINK_COLUMNS",
+           "SINK_DDL", "SINK_KEYS", "sink_route", "start_job_query", "WATERMARK_DELAY"]
+
 WATERMARK_DELAY = "10 seconds"
 RAW_SUMMARY = "~raw"                        # a reading task's counts and dead letters (decode.TaskSummary)
 SINK = "~sink|"                             # route_key prefix of sink rows in the second operator

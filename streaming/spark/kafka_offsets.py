@@ -5,6 +5,9 @@ import time
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+__all__ = ["BROKER_WAIT_S", "EndOffsets", "flatten", "log", "METADATA_TIMEOUT_S", "nest", "patiently",
+           "READ_AHEAD", "RETRY_PAUSE_S", "SourceError", "TopicPartitions"]
+
 METADATA_TIMEOUT_S = 10.0
 # How long the source waits for an unreachable broker (stopped, restarting, network down) before
 # it fails the query with a clear message; while it waits no micro-batch starts.

@@ -44,6 +44,10 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 from ..wire.topics import CAPTURE_HEADER, TOPICS
 from .kafka_offsets import READ_AHEAD, EndOffsets, SourceError, flatten, nest
 
+__all__ = ["ARROW_BATCH_ROWS", "arrow_schema", "client_conf", "decoded_stream", "KafkaInputPartition",
+           "KafkaSource", "KafkaStreamReader", "log", "proportional_cap", "READ_IDLE_TIMEOUT_S", "register",
+           "RENEW_AFTER_S", "SCHEMA", "SOURCE_NAME", "source_options"]
+
 log = logging.getLogger("dirstream.source")
 
 SOURCE_NAME = "msmq_kafka"

@@ -21,6 +21,8 @@ from ..operators.notification_input import (DIRECTORY, DIRECTORY_VERSIONS, ROW_F
 from ..operators.notification_rows import step_rows
 from ..operators.notifications import QMState, QueueManager, Settings
 
+__all__ = ["input_rows", "NotificationProcessor", "STAGE"]
+
 STAGE = "operator:notifications"
 
 

@@ -11,6 +11,8 @@ import os
 import sys
 from collections import Counter
 
+__all__ = ["counting_folder", "COUNTS_ENV", "OperatorCounts", "read_counts", "start_counting"]
+
 COUNTS_ENV = "DIRSTREAM_OPERATOR_COUNTS"
 
 

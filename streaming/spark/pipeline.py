@@ -14,6 +14,12 @@ from .kafka_offsets import EndOffsets
 from .kafka_source import client_conf, decoded_stream, register, source_options  # noqa: F401 (re-exported)
 from ..sinks import open_sink, utcnow
 
+__all__ = ["BatchWriter", "build_spark", "checkpoint_query_id", "DEAD_LETTER_COLUMNS",
+           "default_shuffle_partitions", "driver_frees_memory", "driver_java_options", "DRIVER_MEMORY",
+           "DURATION_UNITS_MS", "JIT_OPTIONS", "log", "M_MMAP_THRESHOLD", "M_TRIM_THRESHOLD", "parse_duration_ms",
+           "parse_end_offsets", "parse_trigger", "PYTHON_WORKER_ENV", "source_options", "start_query",
+           "start_stream", "stop_spark"]
+
 log = logging.getLogger("dirstream.job")
 DRIVER_MEMORY = "4g"
 # Flat memory: the Python workers hand freed memory back to the OS. glibc's malloc keeps a

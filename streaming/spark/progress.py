@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+__all__ = ["JsonProgressListener", "log", "operator_progress_row", "OperatorProgress", "source_lag"]
+
 log = logging.getLogger("dirstream.progress")
 
 

@@ -13,6 +13,8 @@ from .stateful import replace_timers, timer_dead_letter, typed_frame
 from ..operators.notification_input import Row
 from ..operators.server_registry import ServerRegistry, advance
 
+__all__ = ["RegistryProcessor", "SERVERS", "STAGE"]
+
 SERVERS = "~servers"                        # its route key
 STAGE = "operator:server-registry"
 

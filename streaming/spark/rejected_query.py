@@ -8,6 +8,8 @@ from ..operators.findings import RejectedPackets, evidence
 from ..wire.rejected import decode_rejected
 from .stateful import ordered_rows, typed_frame
 
+__all__ = ["RejectedPacketsProcessor"]
+
 
 class RejectedPacketsProcessor(StatefulProcessor):
     def init(self, handle) -> None:

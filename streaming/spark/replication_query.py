@@ -26,6 +26,10 @@ from ..operators.replication import Replica, ServerState
 from ..operators.replication_rows import REGISTRY, step_rows
 from ..wire import WireError, decode
 
+__all__ = ["MapStateBackend", "OUTBOUND_CONFIRM_S", "outbound_records", "OutboundPublisher",
+           "ReplicationProcessor", "SNAPSHOT_TABLES", "STAGE", "step_frame", "STEP_MESSAGES", "VERSION_COLUMNS",
+           "VERSIONS"]
+
 OUTBOUND_CONFIRM_S = 240
 STAGE = "operator:replication"
 VERSIONS = "object_versions"                # the directory versions a step derived (not a sink table)

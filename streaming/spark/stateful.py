@@ -3,6 +3,9 @@ table's typed rows), its one timer per key, and the guard that keeps one message
 handle from failing the micro-batch."""
 from datetime import datetime, timezone
 
+__all__ = ["apply_guarded", "ARRIVAL_ORDER", "batch_rows", "CHUNK_ROWS", "dead_letter", "GuardedSteps",
+           "ordered_rows", "replace_timers", "timer_dead_letter", "typed_chunks", "typed_frame"]
+
 
 def apply_guarded(load, items: list, apply):
     """Builds the key's state machine with load() and applies the items in order. An item whose

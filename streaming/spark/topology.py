@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 
 from ..wire.topics import OUTBOUND_TOPIC, SOURCE_TOPICS, TOPICS
 
+__all__ = ["EARLIER_LAYOUT", "earlier_layout", "internal_topics", "JOB", "JobSettings", "query", "QuerySpec",
+           "RAW", "start"]
+
 
 @dataclass(frozen=True)
 class QuerySpec:

@@ -6,6 +6,8 @@ GuidIdentifier (16 bytes, only if UseGuid = 0x01) - digest MQCN B.5 / MQDSRP §3
 from .guid import guid_to_bytes
 from .reader import Reader, utf16z_bytes
 
+__all__ = ["MIN_CHANGE_SIZE", "read_target", "target_bytes", "USE_GUID", "USE_PATH_NAME"]
+
 USE_PATH_NAME = 0x00
 USE_GUID = 0x01
 

@@ -17,6 +17,10 @@ import fastavro
 
 from . import record_to_dict
 
+__all__ = ["arrival_ms_of", "decode_envelope", "encode_envelope", "EnvelopeError", "frame", "MAGIC",
+           "make_envelope", "millis", "PROTOCOL_NAMES", "record_to_avro", "schema", "SCHEMA_IDS", "SCHEMA_NAMES",
+           "schema_text", "schemas_dir", "unframe", "validate_record"]
+
 SCHEMA_IDS = {"envelope": 1, "mqcn": 2, "mqdsrp": 3, "mqsd": 4, "mqqb_rejected": 5}
 SCHEMA_NAMES = {v: k for k, v in SCHEMA_IDS.items()}
 MAGIC = 0

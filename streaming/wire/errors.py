@@ -1,5 +1,7 @@
 """The one error type every wire codec raises for a body that breaks its format."""
 
+__all__ = ["WireError"]
+
 
 class WireError(ValueError):
     """A body that does not follow its protocol's wire format.

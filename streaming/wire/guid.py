@@ -6,6 +6,8 @@ import re
 import uuid
 from functools import lru_cache
 
+__all__ = ["guid_from_bytes", "GUID_NULL", "guid_to_bytes", "is_canonical_guid", "normalize_guid"]
+
 GUID_NULL = "00000000-0000-0000-0000-000000000000"
 _CANONICAL = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 

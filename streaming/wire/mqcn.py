@@ -10,6 +10,10 @@ from .guid import guid_to_bytes
 from .properties import Property, read_properties, write_properties
 from .reader import Reader
 
+__all__ = ["body_text", "ChangeNotificationMessage", "Command", "COMMANDS", "decode", "encode", "encode_update",
+           "Event", "EVENTS", "MAX_DC_NAME", "new_update", "new_v1", "new_v2", "NotificationBody",
+           "NotificationUpdate", "PROTOCOL", "RESERVED_SIZE", "VERSION_DS", "VERSION_QM"]
+
 PROTOCOL = "MQCN"
 VERSION_DS = 0x01            # sent by the MSMQ Directory Service: Notification Updates
 VERSION_QM = 0x02            # sent by a queue manager: one Notification Body

@@ -13,6 +13,15 @@ from .properties import Property, read_properties, write_properties
 from .reader import Reader, guid_text, u16_bytes, u32_bytes, utf16z_bytes
 from .seqnum import seq_to_bytes
 
+__all__ = ["AlreadyPurgedMessage", "BASE_HEADER_SIZE", "BaseReplicationHeader", "BSCAckMessage",
+           "ChangePropagationMessage", "ChangeReplyMessage", "ChangeRequestHeader", "ChangeRequestMessage",
+           "CMD_CREATE", "CMD_DELETE", "CMD_SYNC", "CMD_UPDATE", "COMMANDS", "decode", "DirectoryChange", "encode",
+           "encode_directory_change", "new_message", "OP_ALREADY_PURGED", "OP_BSC_ACK", "OP_CHANGE_PROPAGATION",
+           "OP_CHANGE_REPLY", "OP_CHANGE_REQUEST", "OP_PSC_ACK", "OP_SYNC_REPLY", "OP_SYNC_REQUEST", "OPERATIONS",
+           "PARTITION_SEQ_NUMBERS_SIZE", "PartitionSeqNumbers", "PROTOCOL", "PSCAckMessage",
+           "read_directory_change", "ReplicationMessage", "SeqNumberHeader", "SYNC_REPLY_HEADER_SIZE",
+           "SyncReplyHeader", "SyncReplyMessage", "SyncRequestMessage"]
+
 PROTOCOL = "MQDSRP"
 BASE_HEADER_SIZE = 18
 SYNC_REPLY_HEADER_SIZE = 66

@@ -31,6 +31,28 @@ from dataclasses import dataclass, field
 from .errors import WireError
 from .reader import Reader, decode_utf16
 
+__all__ = ["ACK_BODY_SIZE", "authentication_level", "AUTHENTICATION_LEVELS", "BASE_DH", "BASE_HEADER_SIZE",
+           "BASE_IN", "BASE_PR_MASK", "BASE_SH", "BASE_TR", "canonical_format_name",
+           "CONNECTION_PARAMETERS_PACKET_SIZE", "ConnectionParameters", "DebugHeader", "encode", "encode_ack_body",
+           "envelope_fields", "ESTABLISH_CONNECTION_PACKET_SIZE", "ESTABLISH_PADDING", "EstablishConnection",
+           "FinalAckBody", "FormatName", "HASH_ALGORITHMS", "header_offsets", "INTERNAL_CS", "MAX_LABEL_LENGTH",
+           "MAX_PACKET_SIZE", "message_class_code", "message_class_name", "MESSAGE_CLASSES", "message_identifier",
+           "MQF_ADMIN_ID", "MQF_DESTINATION_ID", "MQF_DIRECT", "MQF_DISTRIBUTION_LIST", "MQF_PRIVATE",
+           "MQF_PUBLIC", "MQF_RESPONSE_ID", "MQF_SIGNATURE_ID", "MQMSG_CLASS_ACK_RECEIVE", "MQMSG_CLASS_NORMAL",
+           "MQMSG_CLASS_ORDER_ACK", "MQQB_TCP_PORT", "MultiQueueFormatHeader", "NULL_GUID", "ORDER_QUEUE_ID",
+           "OrderAckBody", "ORDERING_ACK_LABEL", "Packet", "packet_length", "PacketStream", "parse_final_ack_body",
+           "parse_format_name", "parse_order_ack_body", "parse_packet", "PLAUSIBLE_SIGNATURE_SIZE",
+           "private_format_name", "PROTOCOL", "PT_CONNECTION_PARAMETERS", "PT_ESTABLISH_CONNECTION",
+           "PT_SESSION_ACK", "Q_DIRECT", "Q_NONE", "Q_PRIVATE_ADMIN_HOST", "Q_PRIVATE_DESTINATION",
+           "Q_PRIVATE_OTHER", "Q_PRIVATE_SOURCE", "Q_PUBLIC", "Q_SAME_AS_ADMIN", "QUEUE_TYPES",
+           "REJECTED_BYTES_MAX", "SEC_AI", "SEC_AS_SHIFT", "SEC_AU", "SEC_DE", "SEC_EB", "SEC_ST_MASK",
+           "SecurityHeader", "SENDER_ID_TYPES", "SESSION_ACK_PACKET_SIZE", "SESSION_HEADER_SIZE", "SessionAck",
+           "SessionHeader", "sid_bytes", "sid_text", "SIGNATURE", "SOAP_BODY_SECTION_ID", "SOAP_HEADER_SECTION_ID",
+           "SoapHeader", "TransactionHeader", "TX_CG", "TX_FA", "TX_FM", "TX_ID_MASK", "TX_ID_SHIFT", "TX_LM",
+           "UH_AH", "UH_AQ_SHIFT", "UH_CQ", "UH_DM_SHIFT", "UH_DQ_SHIFT", "UH_HH", "UH_JN", "UH_JP", "UH_MP",
+           "UH_MQ", "UH_RC_MASK", "UH_RQ_SHIFT", "UH_SH", "UH_TH", "USER_HEADER_FIXED_SIZE",
+           "USER_HEADER_FLAGS_OFFSET", "user_message_from_fields", "UserMessage", "VERSION"]
+
 PROTOCOL = "MQQB"
 MQQB_TCP_PORT = 1801                  # MS-MQQB 2.1.1
 SIGNATURE = 0x524F494C                # MS-MQMQ 2.2.19.1 BaseHeader.Signature ("LIOR" on the wire)

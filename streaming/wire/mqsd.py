@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from .guid import guid_to_bytes
 from .reader import Reader, u32_bytes
 
+__all__ = ["decode", "DirectoryServiceServerEntry", "encode", "encode_reply", "encode_request", "HEADER_SIZE",
+           "MAX_NETWORKS", "MqsdPacket", "new_reply", "new_request", "PROTOCOL", "REPLY_FIXED_SIZE",
+           "REQUEST_IP_SIZE", "REQUEST_MIN_IPX_SIZE", "server_array_bytes", "TopologyClientRequest",
+           "TopologyPacketHeader", "TopologyServerReply", "TYPE_CLIENT_REQUEST", "TYPE_SERVER_REPLY"]
+
 PROTOCOL = "MQSD"
 TYPE_CLIENT_REQUEST = 0x01
 TYPE_SERVER_REPLY = 0x02

@@ -10,6 +10,10 @@ from .propids import PROPIDS
 from .propvariant import INT_FORMATS, VT_CLSID, VT_NAMES, decode_value, encode_value
 from .reader import Reader
 
+__all__ = ["MQDS_CN", "MQDS_ENTERPRISE", "MQDS_MACHINE", "MQDS_QUEUE", "MQDS_ROUTINGLINK", "MQDS_SITE",
+           "MQDS_USER", "OBJECT_TYPE_NAMES", "object_type_of", "OBJECT_TYPES_BY_NAME", "Property",
+           "property_value", "read_properties", "VALUE_READERS", "write_properties"]
+
 
 @dataclass(slots=True)
 class Property:

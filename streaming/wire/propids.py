@@ -9,6 +9,8 @@ from .propvariant import (
     VT_BLOB, VT_CLSID, VT_CLSID_VECTOR, VT_I2, VT_I4, VT_LPWSTR, VT_UI1, VT_UI2, VT_UI4,
 )
 
+__all__ = ["propid", "PROPID_BY_NAME", "PROPIDS"]
+
 PROPIDS: dict[int, tuple[str, int]] = {
     101: ("PROPID_Q_INSTANCE", VT_CLSID),
     102: ("PROPID_Q_TYPE", VT_CLSID),

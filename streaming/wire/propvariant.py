@@ -8,6 +8,10 @@ import uuid
 
 from .reader import Reader, u32_bytes, utf16z_bytes
 
+__all__ = ["decode_value", "encode_value", "INT_FORMATS", "VARIANT_FALSE", "VARIANT_TRUE", "VT_BLOB", "VT_BOOL",
+           "VT_BY_NAME", "VT_CLSID", "VT_CLSID_VECTOR", "VT_I1", "VT_I2", "VT_I4", "VT_I8", "VT_LPWSTR",
+           "VT_LPWSTR_VECTOR", "VT_NAMES", "VT_UI1", "VT_UI2", "VT_UI4", "VT_UI4_VECTOR", "VT_UI8", "VT_VECTOR"]
+
 VT_I2 = 0x0002
 VT_I4 = 0x0003
 VT_BOOL = 0x000B

@@ -8,6 +8,8 @@ import uuid
 
 from .errors import WireError
 
+__all__ = ["decode_utf16", "guid_text", "Reader", "u16_bytes", "u32_bytes", "utf16z_bytes"]
+
 _U16 = struct.Struct("<H").unpack_from
 _U32 = struct.Struct("<I").unpack_from
 

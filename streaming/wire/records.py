@@ -8,6 +8,8 @@ import dataclasses
 from .properties import Property
 from .seqnum import seq_hex
 
+__all__ = ["record_to_dict"]
+
 
 def record_to_dict(record, binary: str = "hex") -> dict:
     """A dataclass record as a dict. binary='hex' for JSON, 'bytes' to keep raw bytes (Avro)."""

@@ -9,6 +9,8 @@ and the job records it as a dead letter and an `mqqb-malformed` security finding
 from .envelope import frame, unframe
 from .errors import WireError
 
+__all__ = ["decode_rejected", "encode_rejected", "rejected_record", "RejectedPacket", "SCHEMA"]
+
 SCHEMA = "mqqb_rejected"
 
 

@@ -6,6 +6,9 @@ element from 1, so the eight bytes are an unsigned 64-bit big-endian integer (di
 [0, 2**64); every operation wraps modulo 2**64 exactly as the byte-wise definitions do.
 """
 
+__all__ = ["add", "compare", "decrement", "eighth_byte", "increment", "MAX_SEQ_NUMBER", "MIN_SEQ_NUMBER",
+           "seq_from_bytes", "seq_from_hex", "seq_hex", "seq_to_bytes", "subtract"]
+
 MIN_SEQ_NUMBER = 0
 MAX_SEQ_NUMBER = (1 << 64) - 1
 _MOD = 1 << 64

@@ -1,4 +1,7 @@
 """Topic names and the protocol each raw topic carries."""
+
+__all__ = ["CAPTURE_HEADER", "capture_header", "CAPTURE_KEY", "OUTBOUND_TOPIC", "PROTOCOL_HEADER",
+           "PROTOCOL_OF_TOPIC", "REJECTED_TOPIC", "SOURCE_TOPICS", "TOPICS"]
 TOPICS = {"mqdsrp": "msmq.dsrp.raw", "mqcn": "msmq.cn.raw", "mqsd": "msmq.sd.raw"}
 OUTBOUND_TOPIC = "msmq.dsrp.out"
 # MQQB packets the capture producers could not read (schemas/mqqb_rejected.avsc), keyed by sender
