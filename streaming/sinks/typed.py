@@ -9,7 +9,7 @@ stores it (sorted keys), so that a row written typed is the row written from a d
 import json
 from datetime import datetime, timezone
 
-from . import TABLES
+from .tables import TABLES
 
 __all__ = ["arrow_schema", "columns_of", "ipc_bytes", "JsonText", "pack", "record_batch", "TypedRows", "unpack"]
 
