@@ -16,6 +16,7 @@ import uuid
 from decimal import Decimal
 
 from streaming.wire import mqqb
+from streaming.wire.errors import WireError
 
 from .capture import MSMQ_PORT, classify
 
@@ -194,7 +195,7 @@ def lying_message_size(packet: bytes) -> bytes:
         candidate = packet[:at] + (0x7FFF_FFF0).to_bytes(4, "little") + packet[at + 4:]
         try:
             mqqb.parse_packet(candidate)
-        except mqqb.WireError as exc:
+        except WireError as exc:
             if exc.field == "MessageSize":
                 return candidate
     raise ValueError("no MessageSize field found in the packet")
