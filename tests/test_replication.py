@@ -344,7 +344,8 @@ def test_a_state_of_another_layout_version_is_refused_with_its_name_and_version(
 def test_take_outputs_hands_over_what_the_step_collected_and_forgets_it():
     s = Server()
     r = s.send(mqdsrp.new_message(SITE, mqdsrp.AlreadyPurgedMessage(SITE, 40)))
-    r.ignore("SyncRequest", "answered by the object authority")
+    r.receive(mqdsrp.new_message(SITE, mqdsrp.SyncRequestMessage(SITE, 0, 10, 0, 0, 0, "bsc2")),
+              arrival_ms=s.now)
     sent = list(r.out)
     outputs = r.take_outputs()
     assert isinstance(outputs, ReplicaOutputs) and outputs.sent == sent and sent

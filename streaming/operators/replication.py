@@ -235,6 +235,13 @@ class ReplicaOutputs:
 
 # ================================================================== the state machine
 class Replica:
+    """One directory server's MC-MQDSRP replication. Inputs: receive() a message, on_timer() /
+    fire_timers_until() for the timers of 3.1.2 (next_timer_ms() says when), initialize() and
+    send_initial_syncs() for the start of 3.1.3, start_sync0() / complete_sync0() for the sync0 events
+    of 3.3.7.10 / 3.3.7.11, and inspect() for the security findings. Output: take_outputs(), one
+    ReplicaOutputs per step. Queries: name, role, owns(). Every other method is one of the spec's
+    events, reached only through these."""
+
     def __init__(self, state: ServerState, store: ObjectStore, pec_name: str | None = None):
         self.state = state
         self.store = store
@@ -265,21 +272,21 @@ class Replica:
     def enterprise(self) -> Partition:
         return self.state.partitions[PEC_PARTITION_ID]
 
-    def is_pec(self) -> bool:
+    def _is_pec(self) -> bool:
         return self.enterprise().authority == self.name
 
-    def is_psc(self) -> bool:
+    def _is_psc(self) -> bool:
         """A server named as a site's PSC (S_PSC) or as the PEC ("the PEC is also a PSC"). Any other
         server that receives replication traffic is a BSC."""
         return any(p.authority == self.name for p in self.state.partitions.values())
 
-    def is_bsc(self) -> bool:
-        return not self.is_psc()
+    def _is_bsc(self) -> bool:
+        return not self._is_psc()
 
     def role(self) -> str:
-        return "PEC" if self.is_pec() else "PSC" if self.is_psc() else "BSC"
+        return "PEC" if self._is_pec() else "PSC" if self._is_psc() else "BSC"
 
-    def my_site_partition(self) -> Partition | None:
+    def _my_site_partition(self) -> Partition | None:
         for p in self.state.partitions.values():
             if p.partition_id != PEC_PARTITION_ID and (p.authority == self.name or p.partition_id == self.state.site_id):
                 return p
@@ -304,7 +311,7 @@ class Replica:
         be learnt from the traffic: then it goes out as soon as it is known, with that same From."""
         for p in list(self.state.partitions.values()):
             if not p.initial_sync_sent and not self.owns(p) and p.initial_sync_outstanding:
-                self.send_sync_request(p, "initial", from_seq=MIN_SEQ_NUMBER)
+                self._send_sync_request(p, "initial", from_seq=MIN_SEQ_NUMBER)
 
     # ------------------------------------------------------------ dispatch (3.1.5.1)
     def receive(self, msg: mqdsrp.ReplicationMessage, *, arrival_ms: int, source: str | None = None,
@@ -318,11 +325,11 @@ class Replica:
             _NORMAL_HANDLERS[op](self, msg, source, body)
         elif message_class in NACK_CLASSES:
             if op == mqdsrp.OP_CHANGE_REQUEST:
-                self.receive_change_request_nack(msg.change_request)
+                self._receive_change_request_nack(msg.change_request)
             else:
-                self.receive_request_nack(message_class, destination_queue, body)
+                self._receive_request_nack(message_class, destination_queue, body)
         else:
-            self.ignore(msg.operation_name, f"message class {message_class}: no further action (3.1.5.1)")
+            self._ignore(msg.operation_name, f"message class {message_class}: no further action (3.1.5.1)")
         self.send_initial_syncs()
         self._stamp_sent()
 
@@ -339,7 +346,7 @@ class Replica:
           manager on the route, so only Normal ones count."""
         if authentication_level in (None, "None"):
             self._finding("dsrp-unsigned", source, arrival_ms, where)
-        if decoded and message_class == "Normal" and not self.knows_directory_server(source):
+        if decoded and message_class == "Normal" and not self._knows_directory_server(source):
             self.checks.append(Check("dsrp-unknown-sender", arrival_ms, source, self.name,
                                      [source] if source else [], where))
 
@@ -348,7 +355,7 @@ class Replica:
             self.state.findings = FindingLog()
         self.state.findings.record(kind, source, self.name, arrival_ms, where)
 
-    def knows_directory_server(self, name: str | None) -> bool:
+    def _knows_directory_server(self, name: str | None) -> bool:
         """A directory server of the enterprise as this server knows them: itself, the PEC it was
         configured with, a partition's authority (the PEC and the sites' PSCs, S_PSC), a PSC or BSC
         neighbour, or a machine object of its replica whose PROPID_QM_SERVICE has the BSC, PSC or
@@ -374,15 +381,15 @@ class Replica:
                 break
             o.sent_ms, o.site_id = self.state.now_ms, self.state.site_id
 
-    def ignore(self, operation: str, reason: str) -> None:
+    def _ignore(self, operation: str, reason: str) -> None:
         self.ignored.append((operation, reason))
 
     # ------------------------------------------------------------ 3.2.7.1 Receive Change Propagation
-    def receive_change_propagation(self, msg: mqdsrp.ReplicationMessage, source: str | None) -> None:
+    def _receive_change_propagation(self, msg: mqdsrp.ReplicationMessage, source: str | None) -> None:
         prop = msg.change_propagation
         for change in prop.directory_changes:
-            self.process_change(change, check_flush=prop.flush == 0x00, source=source)
-        if source and self.is_bsc() and source != self.name:
+            self._process_change(change, check_flush=prop.flush == 0x00, source=source)
+        if source and self._is_bsc() and source != self.name:
             # [INFERENCE] a BSC's one neighbour is its PSC, the sender of its propagations (3.1.3.1 lets
             # MyPSCName be "obtained in an implementation-specific way"); the PSC shares its site.
             # Learnt after the changes, which may name this server a PSC.
@@ -401,45 +408,45 @@ class Replica:
                 p.seen_seq = entry.last_seq_number
             if entry.last_seq_number <= p.last_seq or entry.last_seq_number < p.change_missing_window:
                 continue
-            if self.is_psc() or p.partition_id == PEC_PARTITION_ID and not p.authority:
+            if self._is_psc() or p.partition_id == PEC_PARTITION_ID and not p.authority:
                 p.authority = header.machine_name
             else:
                 self.state.my_psc_name = header.machine_name
             p.change_missing_window = add(entry.last_seq_number, 1)
-            self.send_sync_request(p, "seq-number-header")
+            self._send_sync_request(p, "seq-number-header")
 
     # ------------------------------------------------------------ 3.1.5.2 processing directory changes
-    def process_change(self, change: DirectoryChange, check_flush: bool, source: str | None = None) -> None:
+    def _process_change(self, change: DirectoryChange, check_flush: bool, source: str | None = None) -> None:
         p = self.state.partitions.get(change.partition_id)
-        if p is None and self.is_pec() and source:
+        if p is None and self._is_pec() and source:
             # [INFERENCE] the PEC creates sites in its own (local) enterprise partition, so it learns a
             # site partition from its first propagated change; only the authority propagates to PSCs
             # (3.1.7.1.2), so the sender is the partition's authority.
             p = self.state.partitions[change.partition_id] = Partition(change.partition_id, source)
-            self.send_sync_request(p, "initial")
+            self._send_sync_request(p, "initial")
         if p is None:
-            self.ignore("DirectoryChange", f"unknown partition {change.partition_id} (3.1.5.2)")
+            self._ignore("DirectoryChange", f"unknown partition {change.partition_id} (3.1.5.2)")
             return
         if self.owns(p):
-            self.ignore("DirectoryChange", "own partition: changed by local administration")
+            self._ignore("DirectoryChange", "own partition: changed by local administration")
             return
         if change.seq_number > p.seen_seq:
             p.seen_seq = change.seq_number
-        self.handle_directory_change(p, change, check_flush)
+        self._handle_directory_change(p, change, check_flush)
 
     # ------------------------------------------------------------ 3.1.7.2.2 Handle Directory Change
-    def handle_directory_change(self, p: Partition, change: DirectoryChange, check_flush: bool) -> None:
+    def _handle_directory_change(self, p: Partition, change: DirectoryChange, check_flush: bool) -> None:
         if change.seq_number <= p.last_seq or change.purged_seq_number < p.purged_seq:
             return                                                   # duplicate, old or stale
         if change.previous_seq_number <= p.last_seq:
-            if self.handle_in_sync_change(p, change, check_flush):
-                self.check_pending_changes(p)                    # 3.1.7.2.2, also inside a sync reply
+            if self._handle_in_sync_change(p, change, check_flush):
+                self._check_pending_changes(p)                    # 3.1.7.2.2, also inside a sync reply
             return
         if not p.pending:
             self._pend(p, change)
             if change.seq_number > p.change_missing_window:
                 p.change_missing_window = change.seq_number
-                self.send_sync_request(p, "gap")
+                self._send_sync_request(p, "gap")
         elif len(p.pending) < PENDING_LIMIT:
             if all(c.seq_number != change.seq_number for c in p.pending):
                 self._pend(p, change)
@@ -452,18 +459,18 @@ class Replica:
         self.pending_events.append(PendingEvent(p.partition_id, change, "pending", self.state.now_ms))
 
     # ------------------------------------------------------------ 3.1.7.2.3 Handle In-Sync Change
-    def handle_in_sync_change(self, p: Partition, change: DirectoryChange, flush: bool) -> bool:
+    def _handle_in_sync_change(self, p: Partition, change: DirectoryChange, flush: bool) -> bool:
         object_type = object_type_of(change.properties[0].prop_id) if change.properties else 0
         path = change.path_name if change.use_guid == 0 else None
         guid = change.guid_identifier if change.use_guid == 1 else None
         if change.command == mqdsrp.CMD_CREATE:
-            handled = self.handle_directory_create(p, object_type, path, change.properties, change.seq_number)
+            handled = self._handle_directory_create(p, object_type, path, change.properties, change.seq_number)
         elif change.command == mqdsrp.CMD_UPDATE:
-            handled = self.handle_directory_update(p, object_type, path, guid, change.properties, change.seq_number)
+            handled = self._handle_directory_update(p, object_type, path, guid, change.properties, change.seq_number)
         elif change.command == mqdsrp.CMD_DELETE:
-            handled = self.handle_directory_delete(p, *_delete_type_and_scope(change), path, guid, change.seq_number)
+            handled = self._handle_directory_delete(p, *_delete_type_and_scope(change), path, guid, change.seq_number)
         else:
-            handled = self.handle_directory_sync(p, object_type, path, guid, change.properties, change.seq_number)
+            handled = self._handle_directory_sync(p, object_type, path, guid, change.properties, change.seq_number)
         if not handled.applied:
             return False
         p.last_seq, p.last_change_ms = change.seq_number, self.state.now_ms
@@ -473,18 +480,18 @@ class Replica:
                 if bsc.next_tick_ms is None:
                     bsc.next_tick_ms = self.state.now_ms + INTRASITE_MS
                 if flush and handled.flush:
-                    self.send_change_propagation(bsc, flush=True)
+                    self._send_change_propagation(bsc, flush=True)
         if p.last_seq > add(p.previous_purged_seq, PURGE_EVERY):
-            self.purge_deleted_objects(p)
+            self._purge_deleted_objects(p)
             p.previous_purged_seq = p.last_seq
         if p.purge_state == PURGE_NORMAL or p.last_seq >= p.purged_seq:
             # 8th byte 0x00; the role check second, as it walks the partitions
-            if (p.last_seq & 0xFF) == 0x00 and self.is_psc():
-                self.send_psc_ack(p)
+            if (p.last_seq & 0xFF) == 0x00 and self._is_psc():
+                self._send_psc_ack(p)
         return True
 
     # ------------------------------------------------------------ 3.1.7.2.4 Check Pending Changes
-    def check_pending_changes(self, p: Partition) -> None:
+    def _check_pending_changes(self, p: Partition) -> None:
         for change in list(p.pending):
             if change.purged_seq_number < p.purged_seq:
                 p.pending.remove(change)
@@ -494,11 +501,11 @@ class Replica:
             if change.previous_seq_number > p.last_seq:
                 if change.seq_number > p.change_missing_window:
                     p.change_missing_window = change.seq_number
-                    self.send_sync_request(p, "gap")
+                    self._send_sync_request(p, "gap")
                 return
             p.pending.remove(change)
             if change.previous_seq_number == p.last_seq:
-                applied = self.handle_in_sync_change(p, change, True)
+                applied = self._handle_in_sync_change(p, change, True)
                 self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed",
                                                         self.state.now_ms))
             else:
@@ -539,14 +546,14 @@ class Replica:
         return obj
 
     # ------------------------------------------------------------ 3.1.7.2.5 Handle Directory Create
-    def handle_directory_create(self, p, object_type, path, properties, seq) -> Handled:
+    def _handle_directory_create(self, p, object_type, path, properties, seq) -> Handled:
         obj = self._create_object(p, object_type, path, None, properties, seq)
         need_flush = False
         if object_type == MQDS_SITE:
             self._site_appeared(obj.guid, obj.properties.get(S_PSC, ""))
             need_flush = True
         elif object_type == MQDS_ENTERPRISE:
-            self.handle_enterprise_update(p, obj.properties)     # [INFERENCE] the administrator's PEC name
+            self._handle_enterprise_update(p, obj.properties)     # [INFERENCE] the administrator's PEC name
         elif object_type == MQDS_MACHINE:
             self._machine_seen(p, obj)
         return Handled(True, need_flush)
@@ -560,8 +567,8 @@ class Replica:
         partition = Partition(site_id, psc_name)
         self.state.partitions[site_id] = partition
         if psc_name != self.name:
-            self.send_sync_request(partition, "initial")
-            if self.is_psc():
+            self._send_sync_request(partition, "initial")
+            if self._is_psc():
                 self.state.psc_neighbors.setdefault(psc_name, Neighbor(site_id, psc_name))
         else:
             self.state.site_id = site_id                           # MySitePartition
@@ -571,8 +578,8 @@ class Replica:
         its own site from its machine object."""
         if obj.properties.get(QM_PATHNAME, obj.path_name) == self.name and obj.properties.get(QM_SITE_ID):
             self.state.site_id = self.state.site_id or obj.properties[QM_SITE_ID]
-        mine = self.my_site_partition()
-        if not (self.is_psc() and mine is not None and p.partition_id == mine.partition_id):
+        mine = self._my_site_partition()
+        if not (self._is_psc() and mine is not None and p.partition_id == mine.partition_id):
             return
         name = obj.properties.get(QM_PATHNAME) or obj.path_name
         if obj.properties.get(QM_SERVICE) == SERVICE_BSC:
@@ -581,22 +588,22 @@ class Replica:
             self.state.bsc_neighbors.pop(name, None)
 
     # ------------------------------------------------------------ 3.1.7.2.6 Handle Directory Update
-    def handle_directory_update(self, p, object_type, path, guid, properties, seq) -> Handled:
+    def _handle_directory_update(self, p, object_type, path, guid, properties, seq) -> Handled:
         obj = self._update_object(p, path, guid, properties, seq)
         if obj is None:
-            self.ignore("update", f"{MQDS_OBJECT_NOT_FOUND}: {guid or path}")
+            self._ignore("update", f"{MQDS_OBJECT_NOT_FOUND}: {guid or path}")
             return Handled(False, False)
         changed = {prop.prop_id: prop.value for prop in properties}
         if object_type == MQDS_SITE:
-            return Handled(True, self.handle_site_update(obj.guid, changed, sync=False))
+            return Handled(True, self._handle_site_update(obj.guid, changed, sync=False))
         if object_type == MQDS_ENTERPRISE:
-            return Handled(True, self.handle_enterprise_update(p, changed))
+            return Handled(True, self._handle_enterprise_update(p, changed))
         if object_type == MQDS_MACHINE:
             self._machine_seen(p, obj)
         return Handled(True, False)
 
     # ------------------------------------------------------------ 3.1.7.2.7 Handle Directory Delete
-    def handle_directory_delete(self, p, object_type, scope, path, guid, seq) -> Handled:
+    def _handle_directory_delete(self, p, object_type, scope, path, guid, seq) -> Handled:
         key = self._resolve(path, guid)
         # the removal is recorded with the deletion's SeqNumber (as deleted_objects has it), so it
         # orders after every version of the object: after a sync0 reset (3.3.7.10: every object's
@@ -613,17 +620,17 @@ class Replica:
             self._deleted_floor[p.partition_id] = min(self._deleted_floor[p.partition_id], seq)
         self.deleted_touched[identifier] = (deleted, "deleted", self.state.now_ms)
         need_flush = False
-        if self.is_pec() and object_type == MQDS_SITE and key in self.state.partitions:
+        if self._is_pec() and object_type == MQDS_SITE and key in self.state.partitions:
             gone = self.state.partitions.pop(key)
             for name in [n for n in self.state.psc_neighbors if n == gone.authority]:
                 del self.state.psc_neighbors[name]
             need_flush = True
-        if object_type == MQDS_MACHINE and obj is not None and self.is_psc():
+        if object_type == MQDS_MACHINE and obj is not None and self._is_psc():
             self.state.bsc_neighbors.pop(obj.properties.get(QM_PATHNAME) or obj.path_name, None)
         return Handled(True, need_flush)
 
     # ------------------------------------------------------------ 3.1.7.2.8 Handle Directory Sync
-    def handle_directory_sync(self, p, object_type, path, guid, properties, seq) -> Handled:
+    def _handle_directory_sync(self, p, object_type, path, guid, properties, seq) -> Handled:
         key = self._resolve(path, guid)
         existing = self.store.get(key) if key else None
         if existing is None:
@@ -634,15 +641,15 @@ class Replica:
             self.deleted_touched[key] = (self.state.deleted.pop(key), "resynchronised", self.state.now_ms)
         changed = {prop.prop_id: prop.value for prop in properties}
         if object_type == MQDS_ENTERPRISE:
-            return Handled(True, self.handle_enterprise_update(p, changed))
+            return Handled(True, self._handle_enterprise_update(p, changed))
         if object_type == MQDS_SITE:
-            return Handled(True, self.handle_site_update(obj.guid, changed, sync=True))
+            return Handled(True, self._handle_site_update(obj.guid, changed, sync=True))
         if object_type == MQDS_MACHINE:
             self._machine_seen(p, obj)
         return Handled(True, False)
 
     # ------------------------------------------------------------ 3.1.7.2.9 Purge Deleted Objects
-    def purge_deleted_objects(self, p: Partition) -> None:
+    def _purge_deleted_objects(self, p: Partition) -> None:
         if p.last_seq < PURGE_BUFFER:
             return                                  # digest §9.9 (b): the subtraction would wrap
         purge_to = subtract(p.last_seq, PURGE_BUFFER)
@@ -667,14 +674,14 @@ class Replica:
         p.purged_seq = max(p.purged_seq, purge_to)  # digest §9.9 (a)
 
     # ------------------------------------------------------------ 3.1.7.2.10 / 3.1.7.2.11
-    def handle_enterprise_update(self, p: Partition, changed: dict) -> bool:
+    def _handle_enterprise_update(self, p: Partition, changed: dict) -> bool:
         name = changed.get(E_PECNAME)
         if name and name != p.authority:
             p.authority = name
             return True
         return False
 
-    def handle_site_update(self, site_id: str, changed: dict, sync: bool) -> bool:
+    def _handle_site_update(self, site_id: str, changed: dict, sync: bool) -> bool:
         if S_PSC not in changed:
             return False
         psc_name = changed[S_PSC]
@@ -691,28 +698,28 @@ class Replica:
         return False
 
     # ------------------------------------------------------------ 3.3.7.3 Send Sync Request
-    def send_sync_request(self, p: Partition, reason: str, from_seq: int | None = None) -> None:
+    def _send_sync_request(self, p: Partition, reason: str, from_seq: int | None = None) -> None:
         if p.purge_state not in (PURGE_NORMAL, PURGE_SYNC0):
             return
-        destination = self.state.my_psc_name if self.is_bsc() else p.authority
+        destination = self.state.my_psc_name if self._is_bsc() else p.authority
         if not destination:
             return                                  # sent by send_initial_syncs once it is known
         p.initial_sync_sent = True
         msg = mqdsrp.SyncRequestMessage(p.partition_id, p.last_seq if from_seq is None else from_seq,
                                         p.change_missing_window, p.purged_seq,
-                                        1 if p.purge_state == PURGE_SYNC0 else 0, 0 if self.is_bsc() else 1,
+                                        1 if p.purge_state == PURGE_SYNC0 else 0, 0 if self._is_bsc() else 1,
                                         self.name)
         self.out.append(Outbound(destination, msg, reason, p.partition_id))
 
     # ------------------------------------------------------------ 3.3.7.4 Send PSC Ack
-    def send_psc_ack(self, p: Partition) -> None:
-        mine = self.my_site_partition()
+    def _send_psc_ack(self, p: Partition) -> None:
+        mine = self._my_site_partition()
         site = mine.partition_id if mine else (self.state.site_id or GUID_NULL)   # digest §11.4
         msg = mqdsrp.PSCAckMessage(site, p.partition_id, p.last_seq, self.name)
         self.out.append(Outbound(p.authority, msg, "ack", p.partition_id))
 
     # ------------------------------------------------------------ 3.3.7.2 Send Change Propagation
-    def send_change_propagation(self, bsc: Neighbor, flush: bool = False) -> None:
+    def _send_change_propagation(self, bsc: Neighbor, flush: bool = False) -> None:
         """The collection goes out in messages of at most PROPAGATION_CHUNK changes: Count is a u16 and an
         MSMQ message (and a Kafka record) has a size limit; the receiver applies them in order anyway."""
         changes, bsc.available = bsc.available, []
@@ -723,7 +730,7 @@ class Replica:
             self.out.append(Outbound(bsc.machine_name, msg, "flush" if flush else "propagation"))
 
     # ------------------------------------------------------------ 3.3.7.5 Receive Sync Reply
-    def receive_sync_reply(self, msg: mqdsrp.SyncReplyMessage) -> None:
+    def _receive_sync_reply(self, msg: mqdsrp.SyncReplyMessage) -> None:
         hdr = msg.sync_reply_header
         p = self.state.partitions.get(hdr.partition_id)
         if p is None or self.owns(p) or hdr.purged_seq_number < p.purged_seq:
@@ -738,21 +745,21 @@ class Replica:
                     and change.purged_seq_number >= p.purged_seq:
                 self._heal_from_reply(p, change)
             else:
-                self.process_change(change, check_flush=True)
+                self._process_change(change, check_flush=True)
         if p.partition_id not in self.state.partitions:
             return
         if p.purge_state == PURGE_SYNC0:
             if hdr.complete_sync0 == 2:
                 self.complete_sync0(p)
             elif hdr.complete_sync0 == 1:
-                self.send_sync_request(p, "sync0")
+                self._send_sync_request(p, "sync0")
         elif p.purge_state == PURGE_NORMAL:
             if p.initial_sync_outstanding:
                 p.change_missing_window = NO_WINDOW
             elif p.change_missing_window == hdr.to_seq_number:
                 p.change_missing_window = NO_WINDOW
                 self._close_window(p, hdr.to_seq_number)
-            self.check_pending_changes(p)
+            self._check_pending_changes(p)
 
     def _close_window(self, p: Partition, to: int) -> None:
         """The reply to the window asked for holds every change of [From, To] that the authority still
@@ -768,7 +775,7 @@ class Replica:
             if change.seq_number <= p.last_seq:
                 self.pending_events.append(PendingEvent(p.partition_id, change, "stale", self.state.now_ms))
                 continue
-            applied = self.handle_in_sync_change(p, change, True)
+            applied = self._handle_in_sync_change(p, change, True)
             self.pending_events.append(PendingEvent(p.partition_id, change, "applied" if applied else "failed",
                                                     self.state.now_ms))
         if p.last_seq < to - 1:
@@ -787,12 +794,12 @@ class Replica:
                 return                                       # deleted since: the deletion is newer
             if existing is None or existing.seq_number <= change.seq_number:
                 object_type = object_type_of(change.properties[0].prop_id)
-                self.handle_directory_sync(p, object_type, None, key, change.properties, change.seq_number)
+                self._handle_directory_sync(p, object_type, None, key, change.properties, change.seq_number)
         elif change.command == mqdsrp.CMD_DELETE and existing is not None and existing.seq_number <= change.seq_number:
-            self.handle_directory_delete(p, *_delete_type_and_scope(change), None, key, change.seq_number)
+            self._handle_directory_delete(p, *_delete_type_and_scope(change), None, key, change.seq_number)
 
     # ------------------------------------------------------------ 3.3.7.7 Receive Already Purged
-    def receive_already_purged(self, msg: mqdsrp.AlreadyPurgedMessage) -> None:
+    def _receive_already_purged(self, msg: mqdsrp.AlreadyPurgedMessage) -> None:
         p = self.state.partitions.get(msg.partition_id)
         if p is None or self.owns(p):
             return
@@ -801,7 +808,7 @@ class Replica:
                 # [INFERENCE] the initial request was answered with AlreadyPurged, but this replica has
                 # meanwhile caught up past the purge horizon: ask again from where it is now, or the
                 # window would stay at MAX and no gap would ever be requested again.
-                self.send_sync_request(p, "initial")
+                self._send_sync_request(p, "initial")
             return
         self.start_sync0(p, msg.purged_seq_number)
 
@@ -825,7 +832,7 @@ class Replica:
                 d.seq_number = MIN_SEQ_NUMBER
                 self.deleted_touched[d.identifier] = (d, "deleted", self.state.now_ms)
         p.move_purge_state(PurgeState.SYNC0)
-        self.send_sync_request(p, "sync0")
+        self._send_sync_request(p, "sync0")
 
     def complete_sync0(self, p: Partition) -> None:
         if p.purge_state not in (PURGE_SYNC0, PURGE_COMPLETESYNC0):
@@ -843,19 +850,19 @@ class Replica:
                 self.deleted_touched[identifier] = (d, "removed-by-sync0", self.state.now_ms)
         p.move_purge_state(PurgeState.NORMAL)
         p.change_missing_window = NO_WINDOW
-        self.check_pending_changes(p)
+        self._check_pending_changes(p)
 
     # ------------------------------------------------------------ 3.2.7.4 / 3.2.7.5 acks
-    def receive_psc_ack(self, msg: mqdsrp.PSCAckMessage) -> None:
+    def _receive_psc_ack(self, msg: mqdsrp.PSCAckMessage) -> None:
         self._learn_authority(msg.acked_partition_id)
-        if not self.is_psc():
+        if not self._is_psc():
             return
         neighbor = self.state.psc_neighbors.get(msg.psc_name)
         if neighbor is None:
             return
-        if self.is_pec() and msg.acked_partition_id == PEC_PARTITION_ID:
+        if self._is_pec() and msg.acked_partition_id == PEC_PARTITION_ID:
             neighbor.acked_pec_seq = msg.acked_seq_number
-        mine = self.my_site_partition()
+        mine = self._my_site_partition()
         if mine is not None and msg.acked_partition_id == mine.partition_id:
             neighbor.acked_seq = msg.acked_seq_number
 
@@ -870,49 +877,49 @@ class Replica:
         elif not p.authority:
             p.authority = self.name
 
-    def receive_bsc_ack(self, msg: mqdsrp.BSCAckMessage) -> None:
-        if not self.is_psc():
+    def _receive_bsc_ack(self, msg: mqdsrp.BSCAckMessage) -> None:
+        if not self._is_psc():
             return
         neighbor = self.state.bsc_neighbors.get(msg.bsc_name)
         if neighbor is None:
             # [INFERENCE] a PSC finds its BSCs among its own site's machines (3.1.7.2.5), which change
             # by local administration, not on the wire; a BSC's ack is the wire's sign of one.
-            mine = self.my_site_partition()
+            mine = self._my_site_partition()
             neighbor = Neighbor(mine.partition_id if mine else "", msg.bsc_name)
             self.state.bsc_neighbors[msg.bsc_name] = neighbor
         neighbor.last_acked_ms = self.state.now_ms
 
     # ------------------------------------------------------------ change requests (3.2.7.2, 3.3.7.1, 3.2.7.6)
-    def receive_change_request(self, msg: mqdsrp.ChangeRequestMessage, body: bytes) -> None:
+    def _receive_change_request(self, msg: mqdsrp.ChangeRequestMessage, body: bytes) -> None:
         hdr = msg.change_request_header
         p = self.state.partitions.get(hdr.partition_id)
         if p is not None and self.owns(p):
-            self.ignore("ChangeRequest", "this server is the object authority: applied by the authority")
+            self._ignore("ChangeRequest", "this server is the object authority: applied by the authority")
             return
-        if self.is_bsc():
+        if self._is_bsc():
             next_hop = self.state.my_psc_name
         elif p is None:
             # [INFERENCE] a PSC gets change requests for its own partition, which is local and so
             # unknown here, or from its BSCs for partitions it replicates (3.3.7.1).
-            self.ignore("ChangeRequest", "partition not replicated here: taken as this authority's own")
+            self._ignore("ChangeRequest", "partition not replicated here: taken as this authority's own")
             return
         else:
             next_hop = p.authority
         if not next_hop:
-            self.send_change_reply(hdr, MQ_ERROR, "MQDS_UNKNOWN_SOURCE")
+            self._send_change_reply(hdr, MQ_ERROR, "MQDS_UNKNOWN_SOURCE")
             return
         wait = CHANGE_WAIT_AUTHORITY_MS if p is not None and next_hop == p.authority else CHANGE_WAIT_OTHER_MS
         self.state.forwarded[_request_key(hdr.requester_name, hdr.request_identifier)] = ForwardedRequest(
             hdr.requester_name, hdr.request_identifier, hdr.psc_name, self.state.now_ms + wait)
         self.out.append(Outbound(next_hop, msg, "forward", hdr.partition_id, body=body))
 
-    def receive_change_reply(self, msg: mqdsrp.ChangeReplyMessage) -> None:
+    def _receive_change_reply(self, msg: mqdsrp.ChangeReplyMessage) -> None:
         fwd = self.state.forwarded.pop(_request_key(msg.requester_name, msg.request_identifier), None)
         if fwd is None:
             return                                  # not a request this server forwarded
         self._reply(fwd, msg.result, "MQ_OK" if msg.result == MQ_OK else f"0x{msg.result:08x}")
 
-    def receive_change_request_nack(self, msg: mqdsrp.ChangeRequestMessage) -> None:
+    def _receive_change_request_nack(self, msg: mqdsrp.ChangeRequestMessage) -> None:
         hdr = msg.change_request_header
         fwd = self.state.forwarded.pop(_request_key(hdr.requester_name, hdr.request_identifier), None)
         if fwd is not None:
@@ -920,9 +927,9 @@ class Replica:
 
     def _reply(self, fwd: ForwardedRequest, result: int, status: str) -> None:
         hdr = mqdsrp.ChangeRequestHeader("", fwd.request_id, 0, fwd.requester, fwd.psc_name)
-        self.send_change_reply(hdr, result, status)
+        self._send_change_reply(hdr, result, status)
 
-    def send_change_reply(self, hdr: mqdsrp.ChangeRequestHeader, result: int, status: str) -> None:
+    def _send_change_reply(self, hdr: mqdsrp.ChangeRequestHeader, result: int, status: str) -> None:
         destination = hdr.requester_name
         if destination not in self.state.psc_neighbors and destination not in self.state.bsc_neighbors and hdr.psc_name:
             destination = hdr.psc_name
@@ -930,7 +937,7 @@ class Replica:
         self.out.append(Outbound(destination, msg, "reply", hdr.partition_id or None, status=status))
 
     # ------------------------------------------------------------ 3.3.7.9 Receive Request Nack
-    def receive_request_nack(self, message_class: str, destination_queue: str | None, body: bytes) -> None:
+    def _receive_request_nack(self, message_class: str, destination_queue: str | None, body: bytes) -> None:
         if message_class != "NackBadSignature":
             return
         destination = _machine_of(destination_queue)
@@ -939,14 +946,14 @@ class Replica:
         key = f"{destination}:{_digest(body)}"
         count = self.state.nack_resends.get(key, 0)
         if count >= NACK_RESEND_LIMIT:
-            self.ignore("Nack", f"resend limit {NACK_RESEND_LIMIT} reached for {destination}")
+            self._ignore("Nack", f"resend limit {NACK_RESEND_LIMIT} reached for {destination}")
             return
         self.state.nack_resends[key] = count + 1
         self.out.append(Outbound(destination, None, "nack-resend", body=body))
 
     # ------------------------------------------------------------ timers (3.3.6)
     def next_timer_ms(self) -> int | None:
-        if self.state.bsc_ack_due_ms is not None and self.is_psc():
+        if self.state.bsc_ack_due_ms is not None and self._is_psc():
             self.state.bsc_ack_due_ms = None               # only a BSC runs the BSC Ack Timer (3.3.3)
         due = [self.state.bsc_ack_due_ms] if self.state.bsc_ack_due_ms is not None else []
         due += [n.next_tick_ms for n in self.state.bsc_neighbors.values() if n.next_tick_ms is not None]
@@ -967,7 +974,7 @@ class Replica:
             self._bsc_ack_timer(now_ms)
         for bsc in self.state.bsc_neighbors.values():
             if bsc.next_tick_ms is not None and bsc.next_tick_ms <= now_ms:
-                self.send_change_propagation(bsc)
+                self._send_change_propagation(bsc)
         for key, fwd in list(self.state.forwarded.items()):
             if fwd.deadline_ms <= now_ms:
                 del self.state.forwarded[key]
@@ -975,7 +982,7 @@ class Replica:
         self._stamp_sent()
 
     def _bsc_ack_timer(self, now_ms: int) -> None:
-        if self.is_psc():
+        if self._is_psc():
             self.state.bsc_ack_due_ms = None              # only a BSC runs the BSC Ack Timer
             return
         if not self.state.my_psc_name:
@@ -996,14 +1003,14 @@ class Replica:
 
 # 3.1.5.1: the event each Operation of a Normal-class message raises, as (replica, message, source, body).
 _NORMAL_HANDLERS = {
-    mqdsrp.OP_CHANGE_PROPAGATION: lambda r, m, source, body: r.receive_change_propagation(m, source),
-    mqdsrp.OP_CHANGE_REQUEST: lambda r, m, source, body: r.receive_change_request(m.change_request, body),
-    mqdsrp.OP_SYNC_REQUEST: lambda r, m, source, body: r.ignore("SyncRequest", "answered by the object authority"),
-    mqdsrp.OP_SYNC_REPLY: lambda r, m, source, body: r.receive_sync_reply(m.sync_reply),
-    mqdsrp.OP_CHANGE_REPLY: lambda r, m, source, body: r.receive_change_reply(m.change_reply),
-    mqdsrp.OP_ALREADY_PURGED: lambda r, m, source, body: r.receive_already_purged(m.already_purged),
-    mqdsrp.OP_PSC_ACK: lambda r, m, source, body: r.receive_psc_ack(m.psc_ack),
-    mqdsrp.OP_BSC_ACK: lambda r, m, source, body: r.receive_bsc_ack(m.bsc_ack),
+    mqdsrp.OP_CHANGE_PROPAGATION: lambda r, m, source, body: r._receive_change_propagation(m, source),
+    mqdsrp.OP_CHANGE_REQUEST: lambda r, m, source, body: r._receive_change_request(m.change_request, body),
+    mqdsrp.OP_SYNC_REQUEST: lambda r, m, source, body: r._ignore("SyncRequest", "answered by the object authority"),
+    mqdsrp.OP_SYNC_REPLY: lambda r, m, source, body: r._receive_sync_reply(m.sync_reply),
+    mqdsrp.OP_CHANGE_REPLY: lambda r, m, source, body: r._receive_change_reply(m.change_reply),
+    mqdsrp.OP_ALREADY_PURGED: lambda r, m, source, body: r._receive_already_purged(m.already_purged),
+    mqdsrp.OP_PSC_ACK: lambda r, m, source, body: r._receive_psc_ack(m.psc_ack),
+    mqdsrp.OP_BSC_ACK: lambda r, m, source, body: r._receive_bsc_ack(m.bsc_ack),
 }
 
 
