@@ -2,7 +2,7 @@
 the revisions differ) and the batching of product behaviour notes <3> and <14>."""
 import pytest
 
-from streaming.operators.notifications import (MINUTE, QMState, QueueManager, Settings, Version,
+from streaming.operators.notifications import (MINUTE, Mode, QMState, QueueManager, Result, Settings, Version,
                                                notification_from, queue_manager_of)
 from streaming.wire import decode, encode, mqcn
 from streaming.wire.properties import Property
@@ -604,6 +604,18 @@ def test_the_random_streams_exercise_refreshes_reads_and_ignored_events():
     for seed in range(10):
         seen |= {o[0] for o in run_stream(random_stream(random.Random(seed)), [])[2].values()}
     assert {"applied", "superseded-by-refresh", "ignored"} <= seen
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_every_outcome_of_the_random_streams_is_a_result_and_keeps_its_stored_text(mode):
+    """The notifications table's outcome column holds Result's values, in both modes of 3.2.5."""
+    import random
+    for seed in range(10):
+        outcomes = run_stream(random_stream(random.Random(seed)), [], mode=mode)[2].values()
+        assert all(type(o[0]) is Result for o in outcomes)
+    assert [r.value for r in Result] == ["applied", "discarded", "unresolved", "superseded-by-refresh", "ignored",
+                                         "duplicate"]
+    assert Settings().mode is Mode.BATCHED and Mode(mode.value) is mode
 
 
 @pytest.mark.parametrize("version_first", [True, False])

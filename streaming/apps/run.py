@@ -18,6 +18,7 @@ from ..spark import RECORDS_PER_TASK  # noqa: E402
 from .metrics import DEFAULT_PORT as METRICS_PORT  # noqa: E402
 from ..wire.topics import OUTBOUND_TOPIC  # noqa: E402
 from ..operators.findings import FLOOD_PER_MINUTE  # noqa: E402
+from ..operators.notifications import Mode  # noqa: E402
 
 
 def register(sub, add_kafka_arguments) -> None:
@@ -54,7 +55,7 @@ def register(sub, add_kafka_arguments) -> None:
     run.add_argument("--outbound-topic", default=OUTBOUND_TOPIC,
                      help=f"topic for what the replicas send (default {OUTBOUND_TOPIC}); 'none' to only record it")
     cn = run.add_argument_group("MQCN notification batching (product behaviour notes <3>, <14>)")
-    cn.add_argument("--cn-mode", choices=["batched", "immediate"], default="batched",
+    cn.add_argument("--cn-mode", choices=[mode.value for mode in Mode], default=Mode.BATCHED.value,
                     help="batched (Windows XP and later, default) or immediate (NT 4 / Windows 2000)")
     cn.add_argument("--cn-first-wait", default="1m", help="timer after a quiet period (default 1m)")
     cn.add_argument("--cn-window", default="15m", help="timer after the last processing (default 15m)")

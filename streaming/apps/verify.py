@@ -3,6 +3,7 @@ import argparse
 import json
 import sys
 
+from ..operators.notifications import Result
 from ..operators.server_registry import DECIDE_AFTER_MS
 from ..sinks import as_bool, open_sink
 from .verify_reads import ReadJudge, ReadRecord, ReplicaHistory, epoch_ms
@@ -301,7 +302,7 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
     from ..operators.notification_rows import QUEUE_COLUMNS
     from ..operators.notifications import V1_QM_UPDATE
     judge = ReadJudge(ReplicaHistory(history)) if history is not None else None
-    first = [n for n in notifications if n["outcome"] != "duplicate"]          # a copy's outcome is its own
+    first = [n for n in notifications if n["outcome"] != Result.DUPLICATE]          # a copy's outcome is its own
     outcomes, processed = {}, {}
     about: dict[tuple[str, str], list[tuple[str, str, int]]] = {}   # (queue manager, object): (action, outcome, processed)
     for n in first:
@@ -314,7 +315,7 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
     refreshed: dict[str, list[int]] = {}
     fired = [(b["queue_manager"], b["fired_at"]) for b in batches if as_bool(b["refresh_all"])] \
         if batches is not None else \
-        [(n["queue_manager"], n["processed_at"]) for n in first if n["outcome"] == "superseded-by-refresh"]
+        [(n["queue_manager"], n["processed_at"]) for n in first if n["outcome"] == Result.SUPERSEDED_BY_REFRESH]
     for machine_id, at in fired:
         refreshed.setdefault(machine_id, []).append(epoch_ms(at))
     diffs = []
@@ -365,13 +366,13 @@ def compare_notifications(truth: dict, managers: list[dict], queues: list[dict],
                                              outcomes, processed))):
                 diffs.append(f"{where}: extra queue {guid} ({mine[guid]['path_name']})")
     for d in truth.get("discarded_notifications", []):
-        if outcomes.get(d["message_id"]) != "discarded":
+        if outcomes.get(d["message_id"]) != Result.DISCARDED:
             diffs.append(f"notification {d['message_id']} to {d['queue_manager']}: outcome "
                          f"{outcomes.get(d['message_id'])}, expected discarded ({d['reason']})")
     # A notification left unresolved is a difference when its object exists at the end; one whose
     # object never reached a replica and is gone (created and deleted in between) is only counted.
     existing = {g for qm in truth["queue_managers"].values() for g in qm["queues"]} | set(truth["queue_managers"])
-    unresolved = [n for n in notifications if n["outcome"] == "unresolved"]
+    unresolved = [n for n in notifications if n["outcome"] == Result.UNRESOLVED]
     for n in unresolved:
         if n["object_guid"] in existing:
             diffs.append(f"notification {n['message_id']} ({n['action']} {n['object_guid']}) still unresolved")

@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..operators.notifications import Result
 from ..operators.replication_rows import ts
 from ..wire.seqnum import seq_from_hex, seq_hex
 
@@ -209,15 +210,15 @@ class ReadJudge:
         from ..operators.notifications import UNRESOLVED_WAIT_MS
         ends = list(refreshes)
         for action, outcome, processed_ms in reads:
-            if outcome in ("discarded", "duplicate"):
+            if outcome in (Result.DISCARDED, Result.DUPLICATE):
                 continue
-            if outcome == "ignored":                      # processed when its wait ran out, or at once
+            if outcome == Result.IGNORED:                      # processed when its wait ran out, or at once
                 if action.startswith("create"):
                     ends.append(processed_ms)
                 # else a change (3.2.5.2 Event 2; a v1 update, 3.2.5.1) updates a queue of the
                 # QueueCollection and never adds one: ignored, its read could not have found it
                 # (the third hour's soak: 9 queues a change's read found as the sync0 replies came)
-            elif outcome == "superseded-by-refresh":      # the refresh's own read of it waits
+            elif outcome == Result.SUPERSEDED_BY_REFRESH:      # the refresh's own read of it waits
                 ends.append(processed_ms + UNRESOLVED_WAIT_MS)
             else:
                 return False                              # applied or still waiting: not explained here
@@ -246,7 +247,7 @@ class ReadJudge:
         if read.read_ms is not None and propid not in read.since_read:
             return False
         said = told.get(propid)
-        if said is None or said[0] != value or outcomes.get(said[1]) != "applied":
+        if said is None or said[0] != value or outcomes.get(said[1]) != Result.APPLIED:
             return False
         self.delivered.append(f"{where}: {what} {_short(propid)} is {value!r}, the authority's {authority!r}: as "
                               f"delivered, the last notification that set it ({said[1]}, arrival {ts(said[2])}) "
@@ -267,7 +268,7 @@ class ReadJudge:
                                   f"notification about it was its creation ({message}, arrival {ts(arrival)})")
             return True
         refreshed = processed.get(message)
-        if outcomes.get(message) != "superseded-by-refresh" or refreshed is None:
+        if outcomes.get(message) != Result.SUPERSEDED_BY_REFRESH or refreshed is None:
             return False
         if self.history.as_of(guid, refreshed) is not None:
             return False

@@ -30,6 +30,7 @@ first copy, -2 for the second, ...) and neither counted towards a batch nor appl
 """
 import bisect
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from ..wire.guid import GUID_NULL
 from .findings import FLOOD_PER_MINUTE, FindingLog, evidence
@@ -37,9 +38,9 @@ from ..wire.mqcn import EVENTS, ChangeNotificationMessage, Command, Event
 from ..wire.properties import MQDS_MACHINE, MQDS_QUEUE, object_type_of
 from ..wire.propids import PROPIDS
 
-__all__ = ["APPEARED", "Batch", "is_notification_queue", "json_value", "MESSAGE_ID_HISTORY_MS", "MINUTE",
+__all__ = ["APPEARED", "Batch", "is_notification_queue", "json_value", "MESSAGE_ID_HISTORY_MS", "MINUTE", "Mode",
            "Notification", "notification_from", "NOTIFY_QUEUE_NUMBER", "Outcome", "QMState", "QUEUE_DEFAULTS",
-           "queue_manager_of", "QueueManager", "QueueRecord", "recency", "REFRESH", "Settings",
+           "queue_manager_of", "QueueManager", "QueueRecord", "recency", "REFRESH", "Result", "Settings",
            "UNRESOLVED_WAIT_MS", "V1_CREATE", "V1_QM_UPDATE", "V1_QUEUE_UPDATE", "V2_QUEUE_READ", "Version"]
 
 MINUTE = 60_000
@@ -68,9 +69,26 @@ V2_QUEUE_READ = ("PROPID_Q_TYPE", "PROPID_Q_INSTANCE", "PROPID_Q_BASEPRIORITY", 
 REFRESH = "refresh"                   # an unresolved read of the refresh (note <3>), not an MQCN Event
 
 
+class Mode(StrEnum):
+    """How a queue manager processes the notifications it receives (3.2.5): in the batching window of
+    3.2.2 (Windows XP and later), or each at once on arrival (NT 4 / Windows 2000)."""
+    BATCHED = "batched"
+    IMMEDIATE = "immediate"
+
+
+class Result(StrEnum):
+    """What became of a notification or one of its updates: the notifications table's `outcome`."""
+    APPLIED = "applied"
+    DISCARDED = "discarded"                       # rejected by the v1 validation of 3.2.5.1
+    UNRESOLVED = "unresolved"                     # no replica holds the object yet: read again when one does
+    SUPERSEDED_BY_REFRESH = "superseded-by-refresh"
+    IGNORED = "ignored"
+    DUPLICATE = "duplicate"                       # a copy of a message already received
+
+
 @dataclass
 class Settings:
-    mode: str = "batched"                     # batched | immediate
+    mode: str = Mode.BATCHED
     quiet_ms: int = 14 * MINUTE               # "more than 14 minutes" since the last processing
     first_wait_ms: int = 1 * MINUTE
     window_ms: int = 15 * MINUTE
@@ -153,7 +171,7 @@ class Outcome:
     version: int
     action: str                       # the v1 command or v2 event, in words
     object_guid: str | None
-    outcome: str                      # applied | discarded | unresolved | superseded-by-refresh | ignored | duplicate
+    outcome: str                      # a Result
     reason: str | None
     batch: int | None
     arrival_ms: int
@@ -188,10 +206,10 @@ class QueueManager:
         if self._is_copy(n):
             return
         if not is_notification_queue(n.destination_queue):
-            self._record(n, 0, self._action(n), n.object_guid, "ignored", f"sent to {n.destination_queue}, not "
+            self._record(n, 0, self._action(n), n.object_guid, Result.IGNORED, f"sent to {n.destination_queue}, not "
                          f"the notification queue PRIVATE=<GUID>\\3 (MQCN 1.9)", None, n.arrival_ms)
             return
-        if self.settings.mode == "immediate":
+        if self.settings.mode == Mode.IMMEDIATE:
             self.state.batches += 1
             self.process(n, n.arrival_ms, self.state.batches)
             self.batches.append(Batch(self.state.batches, None, n.arrival_ms, 1, False))
@@ -236,7 +254,7 @@ class QueueManager:
         copies = seen[1] + 1 if seen else 0
         history[n.message_id] = (n.arrival_ms, copies)
         if copies:
-            self._record(n, -copies, self._action(n), n.object_guid, "duplicate", "a copy of a message already "
+            self._record(n, -copies, self._action(n), n.object_guid, Result.DUPLICATE, "a copy of a message already "
                          "received: discarded ([MS-MQQB] 3.1.5.8.1, MessageIDHistoryTable)", None, n.arrival_ms)
         return bool(copies)
 
@@ -287,9 +305,9 @@ class QueueManager:
             for n in pending:
                 rejected = self._v1_rejection(n) if n.version == 1 else None
                 if rejected:                    # disregarded whatever the batch: recorded as such
-                    self._record(n, 0, self._action(n), None, "discarded", rejected, batch, fired)
+                    self._record(n, 0, self._action(n), None, Result.DISCARDED, rejected, batch, fired)
                     continue
-                self._record(n, 0, self._action(n), n.object_guid, "superseded-by-refresh",
+                self._record(n, 0, self._action(n), n.object_guid, Result.SUPERSEDED_BY_REFRESH,
                              f"{len(pending)} notifications in one window: all public queues refreshed instead "
                              f"(MQCN note <3>)", batch, fired)
             self.refresh_all(fired)
@@ -307,13 +325,13 @@ class QueueManager:
         self.current = n
         if n.version == 1:
             self._process_v1(n, now, batch)
-        elif n.version == 2 and self.settings.mode == "immediate":
-            self._record(n, 0, self._action(n), n.object_guid, "ignored", "immediate mode is NT 4 / Windows 2000, "
+        elif n.version == 2 and self.settings.mode == Mode.IMMEDIATE:
+            self._record(n, 0, self._action(n), n.object_guid, Result.IGNORED, "immediate mode is NT 4 / Windows 2000, "
                          "which process only the directory service's version 1 messages (note <4>)", batch, now)
         elif n.version == 2:
             self._process_v2(n, now, batch)
         else:
-            self._record(n, 0, f"version {n.version}", None, "ignored", "only versions 1 and 2 are processed "
+            self._record(n, 0, f"version {n.version}", None, Result.IGNORED, "only versions 1 and 2 are processed "
                          "(note <4>)", batch, now)
 
     def _process_v1(self, n: Notification, now: int, batch: int) -> None:
@@ -321,7 +339,7 @@ class QueueManager:
         reason = self._v1_rejection(n)
         if reason:
             for i, u in enumerate(n.updates or [(None, None, None, None, [])]):
-                self._record(n, i, _v1_action(u), u[3], "discarded", reason, batch, now)
+                self._record(n, i, _v1_action(u), u[3], Result.DISCARDED, reason, batch, now)
             return
         for i, (command, _use_guid, path, guid, props) in enumerate(n.updates):
             values = {PROPIDS[k][0]: v for k, v in props if k in PROPIDS}
@@ -330,7 +348,7 @@ class QueueManager:
             if guid is None and command in (Command.UPDATE, Command.DELETE) and kind == MQDS_QUEUE:
                 guid = self._queue_by_path(path)
                 if guid is None:
-                    self._record(n, i, action, path, "ignored", "no queue with this PathName in the "
+                    self._record(n, i, action, path, Result.IGNORED, "no queue with this PathName in the "
                                  "QueueCollection (3.2.5.1: the update names its queue by PathName)", batch, now)
                     continue
             if command == Command.CREATE and kind == MQDS_QUEUE:
@@ -343,11 +361,11 @@ class QueueManager:
                         setattr(self.state, attr, values[name])
                         self.state.qm_since_read.add(name)
                 self.state.updated_ms, self.qm_touched = now, True
-                self._record(n, i, action, guid, "applied", None, batch, now)
+                self._record(n, i, action, guid, Result.APPLIED, None, batch, now)
             elif command == Command.DELETE:
                 self._delete(n, i, guid, now, batch, action)
             else:
-                self._record(n, i, action, guid or path, "ignored", "a queue manager create has no action",
+                self._record(n, i, action, guid or path, Result.IGNORED, "a queue manager create has no action",
                              batch, now)
 
     def _v1_rejection(self, n: Notification) -> str | None:
@@ -387,31 +405,31 @@ class QueueManager:
         attrs.update({k: values[k] for k in V1_CREATE if k in values})
         guid = attrs.get("PROPID_Q_INSTANCE")
         if not guid:
-            self._record(n, i, action, None, "ignored", "no PROPID_Q_INSTANCE: the queue has no identifier",
+            self._record(n, i, action, None, Result.IGNORED, "no PROPID_Q_INSTANCE: the queue has no identifier",
                          batch, now)
             return
         self.state.queues[guid] = QueueRecord(attrs, False, n.message_id, now)      # no read left to correct
         self.queues_touched.add(guid)
-        self._record(n, i, action, guid, "applied", None, batch, now)
+        self._record(n, i, action, guid, Result.APPLIED, None, batch, now)
 
     def _v1_update_queue(self, n, i, guid, values, now, batch, action) -> None:
         q = self.state.queues.get(guid)
         if q is None or q.deleted:
-            self._record(n, i, action, guid, "ignored", "no such queue in the QueueCollection", batch, now)
+            self._record(n, i, action, guid, Result.IGNORED, "no such queue in the QueueCollection", batch, now)
             return
         changed = {k: values[k] for k in V1_QUEUE_UPDATE if k in values}
         q.attributes.update(changed)
         q.since_read.update(changed)
         q.last_notification, q.updated_ms = n.message_id, now
         self.queues_touched.add(guid)
-        self._record(n, i, action, guid, "applied", None, batch, now)
+        self._record(n, i, action, guid, Result.APPLIED, None, batch, now)
 
     def _delete(self, n, i, guid, now, batch, action) -> None:
         for message_id, arrival, event, b, _read in self.state.unresolved.pop(guid, []):
             if message_id is None:
                 continue
             # the queue is gone before any replica showed it: nothing left to read
-            self.outcomes.append(Outcome(message_id, 0, 2, EVENTS.get(event, event), guid, "ignored",
+            self.outcomes.append(Outcome(message_id, 0, 2, EVENTS.get(event, event), guid, Result.IGNORED,
                                          "the queue was deleted before any replica held it", b, arrival, now))
         q = self.state.queues.get(guid)
         if q is None:
@@ -419,7 +437,7 @@ class QueueManager:
         q.deleted, q.last_notification, q.updated_ms = True, n.message_id, now
         q.since_read.add("deleted")
         self.queues_touched.add(guid)
-        self._record(n, i, action, guid, "applied", None, batch, now)
+        self._record(n, i, action, guid, Result.APPLIED, None, batch, now)
 
     def _process_v2(self, n: Notification, now: int, batch: int) -> None:
         """3.2.5.2: events 1 and 2 read a queue, 4 the queue manager; 3 deletes without a read."""
@@ -428,10 +446,10 @@ class QueueManager:
             self._delete(n, 0, guid, now, batch, action)
             return
         if n.event not in (Event.CREATE_QUEUE, Event.CHANGE_QUEUE, Event.CHANGE_MACHINE):
-            self._record(n, 0, action, guid, "ignored", f"Event {n.event} is not 1 to 4 (note <10>)", batch, now)
+            self._record(n, 0, action, guid, Result.IGNORED, f"Event {n.event} is not 1 to 4 (note <10>)", batch, now)
             return
         if n.event == Event.CHANGE_QUEUE and guid not in self.state.unresolved and (guid not in self.state.queues or self.state.queues[guid].deleted):
-            self._record(n, 0, action, guid, "ignored", "no such queue in the QueueCollection (3.2.5.2 Event 2 "
+            self._record(n, 0, action, guid, Result.IGNORED, "no such queue in the QueueCollection (3.2.5.2 Event 2 "
                          "updates the corresponding Queue; only Event 1 creates)", batch, now)
             return
         wanted = "machine" if n.event == Event.CHANGE_MACHINE else "queue"
@@ -442,11 +460,11 @@ class QueueManager:
             outcome, reason = self._apply_read(guid, n.event, later, done, n.message_id)
             self._record(n, 0, action, guid, outcome, reason or APPEARED, batch, done)
         elif v is None and guid not in self.state.unresolved and self._holds_other_type(guid, wanted):
-            self._record(n, 0, action, guid, "ignored", f"the directory holds {guid} but not as a {wanted} "
+            self._record(n, 0, action, guid, Result.IGNORED, f"the directory holds {guid} but not as a {wanted} "
                          f"(3.2.5.2: Read Directory with iDirectoryObjectType {wanted!r} returns nothing)", batch, now)
         elif v is None:
             self.state.unresolved.setdefault(guid, []).append((n.message_id, n.arrival_ms, n.event, batch, now))
-            self._record(n, 0, action, guid, "unresolved", "no replica holds the object yet: retried when it "
+            self._record(n, 0, action, guid, Result.UNRESOLVED, "no replica holds the object yet: retried when it "
                          "appears", batch, now)
         else:
             self._record(n, 0, action, guid, *self._apply_read(guid, n.event, v, now, n.message_id), batch, now)
@@ -457,7 +475,7 @@ class QueueManager:
             # Decision: a queue the directory has deleted is not returned by Read Directory
             # ([MS-MQDMPR] 3.1.7.1.20 leaves the result of a failed read undefined) and 3.2.5.2 deletes
             # only on Event 3: the QueueCollection is left as it is.
-            return "ignored", "the directory holds the object as deleted: Read Directory returns nothing " \
+            return Result.IGNORED, "the directory holds the object as deleted: Read Directory returns nothing " \
                               "(3.2.5.2 deletes only on Event 3)"
         if event == Event.CHANGE_MACHINE:
             self._apply_machine(v, now)
@@ -466,7 +484,7 @@ class QueueManager:
             self._apply_queue(guid, v, now, message_id)
         else:
             self._apply_queue(guid, v, now, message_id)
-        return "applied", None
+        return Result.APPLIED, None
 
     def _holds_other_type(self, guid: str, wanted: str) -> bool:
         return any(v.object_type != wanted for v in self.state.directory.get(guid, []))
@@ -486,7 +504,7 @@ class QueueManager:
             for message_id, arrival, event, batch, _read in expired:
                 if message_id is None:
                     continue                     # a refresh's read: no outcome of its own
-                self.outcomes.append(Outcome(message_id, 0, 2, EVENTS.get(event, event), guid, "ignored",
+                self.outcomes.append(Outcome(message_id, 0, 2, EVENTS.get(event, event), guid, Result.IGNORED,
                                              f"no replica of this queue manager's directory showed the object within "
                                              f"{UNRESOLVED_WAIT_MS // MINUTE} minutes: Read Directory found nothing",
                                              batch, arrival, deadline))
@@ -520,9 +538,9 @@ class QueueManager:
                     self._apply_queue(guid, version, max(version.event_ms, read), None)
                 continue
             if version.object_type != wanted:
-                outcome, reason = "ignored", f"the directory holds {guid} but not as a {wanted} (3.2.5.2)"
+                outcome, reason = Result.IGNORED, f"the directory holds {guid} but not as a {wanted} (3.2.5.2)"
             elif event == Event.CHANGE_QUEUE and (guid not in self.state.queues or self.state.queues[guid].deleted):
-                outcome, reason = "ignored", "no such queue in the QueueCollection (3.2.5.2 Event 2)"
+                outcome, reason = Result.IGNORED, "no such queue in the QueueCollection (3.2.5.2 Event 2)"
             else:
                 version = self._read(guid, read, wanted) or self._first_after(guid, read, wanted) or version
                 outcome, reason = self._apply_read(guid, event, version, max(version.event_ms, read), message_id)
