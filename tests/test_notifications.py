@@ -276,6 +276,30 @@ def test_the_notify_queue_names_the_queue_manager():
     assert queue_manager_of("DIRECT=OS:x\\private$\\q") is None
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_the_query_routes_and_the_queue_manager_reads_a_format_name_with_the_grammar_of_ms_mqmq_2_1_4(seed):
+    """One reading of PRIVATE=<GUID>\\<hex id>: the query's key, the queue manager's check of its
+    notification queue and wire.mqqb's parser agree on well-formed and malformed names."""
+    import random
+    from streaming.operators.notifications import is_notification_queue
+    from streaming.spark.job_query import queue_manager_key
+    from streaming.wire.mqqb import parse_format_name
+    rng = random.Random(seed)
+    pieces = ["PRIVATE=", "private=", "PUBLIC=", "DIRECT=OS:x", QM, QM.upper(), "{", "}", "\\", "3", "03", "1",
+              "g", "-", " ", "z" * 36]
+    for _ in range(400):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 6)))
+        try:
+            name = parse_format_name(text)
+        except ValueError:
+            name = None
+        private = name is not None and name.kind == "PRIVATE"
+        assert queue_manager_of(text) == (str(name.guid) if private else None), text
+        assert queue_manager_key(text, "machine") == (str(name.guid) if private else "machine"), text
+        assert is_notification_queue(text) == (private and name.number == 3), text
+    assert is_notification_queue(f"PRIVATE={QM}\\3") and not is_notification_queue(f"PRIVATE={{{QM}}}\\3")
+
+
 # ---------------------------------------------------------------- conformance
 def test_a_late_replica_row_never_brings_back_a_queue_a_later_event_3_deleted():
     """3.2.5.2 Event 3 deletes the queue; nothing in 3.2.5 re-adds one except a create."""

@@ -35,6 +35,7 @@ from enum import StrEnum
 from ..wire.guid import GUID_NULL
 from .findings import FLOOD_PER_MINUTE, FindingLog, evidence
 from ..wire.mqcn import EVENTS, ChangeNotificationMessage, Command, Event
+from ..wire.mqqb import FormatName, parse_format_name
 from ..wire.properties import MQDS_MACHINE, MQDS_QUEUE, object_type_of
 from ..wire.propids import PROPIDS
 
@@ -703,8 +704,16 @@ def is_notification_queue(destination_queue: str | None) -> bool:
     """MQCN 1.9: notifications go to NOTIFY_QUEUE_PRIVATE = PRIVATE=<GUID>\\3 (None: not known)."""
     if destination_queue is None:
         return True
-    return queue_manager_of(destination_queue) is not None and \
-        destination_queue.rsplit("\\", 1)[-1].strip() == NOTIFY_QUEUE_NUMBER
+    name = _private_format_name(destination_queue)
+    return name is not None and name.number == int(NOTIFY_QUEUE_NUMBER, 16)
+
+
+def _private_format_name(text: str | None) -> FormatName | None:
+    try:
+        name = parse_format_name(text or "")
+    except ValueError:
+        return None
+    return name if name.kind == "PRIVATE" else None
 
 
 def _v1_action(update) -> str:
@@ -735,9 +744,7 @@ def json_value(value):
 
 
 def queue_manager_of(destination_queue: str | None) -> str | None:
-    """The queue manager a PRIVATE=<queue manager GUID>\\<queue number> format name names (MQCN 1.9)."""
-    if not destination_queue or not destination_queue.upper().startswith("PRIVATE="):
-        return None
-    guid = destination_queue[len("PRIVATE="):].split("\\", 1)[0].strip("{}").lower()
-    return guid if len(guid) == 36 else None
-
+    """The queue manager a PRIVATE=<queue manager GUID>\\<queue number> format name names (MQCN 1.9), as
+    the grammar of MS-MQMQ 2.1.4 reads it (wire.mqqb.parse_format_name); None for any other text."""
+    name = _private_format_name(destination_queue)
+    return str(name.guid) if name else None

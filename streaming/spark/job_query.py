@@ -31,7 +31,6 @@ Every sink row carries its origin (the key whose step wrote it) and a sequence n
 writer puts a key's rows back in the order it wrote them, whatever the shuffles in between.
 """
 import itertools
-import re
 import zlib
 from collections import namedtuple
 
@@ -50,6 +49,7 @@ from .replication_query import VERSIONS, ReplicationProcessor
 from .registry_query import SERVERS, RegistryProcessor
 from ..operators.replication_rows import REGISTRY
 from ..operators.notification_input import DIRECTORY_VERSIONS, ROW_FIELDS, pack_versions
+from ..operators.notifications import queue_manager_of
 from ..wire.topics import REJECTED_TOPIC, TOPICS
 
 __all__ = ["DirectoryProcessor", "FIRST_COLUMNS", "FIRST_DDL", "FirstRow", "job_stream", "JobWriter", "key_order",
@@ -70,14 +70,10 @@ FIRST_DDL = ("route_key string, event_time timestamp, " + SINK_DDL + ", event_ms
 # A row the first operator yields: a sink row (route_key and SINK_COLUMNS) or a row for the second
 # operator (route_key and ROW_FIELDS); whatever a row is not stays None.
 FirstRow = namedtuple("FirstRow", FIRST_COLUMNS, defaults=(None,) * len(FIRST_COLUMNS))
-# the queue manager a notification goes to: the GUID of a PRIVATE= format name (MQCN 1.9), else the
-# destination machine
-_PRIVATE_QUEUE = re.compile(r"^PRIVATE=\{?([0-9a-f-]{36})", re.IGNORECASE)
-
-
 def queue_manager_key(destination_queue: str | None, destination_machine: str | None) -> str | None:
-    match = _PRIVATE_QUEUE.match(destination_queue or "")
-    return match.group(1).lower() if match else destination_machine
+    """The key of the queue manager a notification goes to: the GUID of its PRIVATE= format name
+    (MQCN 1.9), else the destination machine."""
+    return queue_manager_of(destination_queue) or destination_machine
 
 
 def sink_route(origin: str) -> str:
