@@ -300,6 +300,24 @@ def test_the_query_routes_and_the_queue_manager_reads_a_format_name_with_the_gra
     assert is_notification_queue(f"PRIVATE={QM}\\3") and not is_notification_queue(f"PRIVATE={{{QM}}}\\3")
 
 
+def test_a_pending_v1_notification_stored_with_plain_tuples_loads_with_named_updates():
+    """A queue manager state pickled before updates were Updates gives the same queue manager."""
+    import pickle
+    from streaming.operators.notifications import Update
+    qm = batched()
+    qm.receive(v1([create(1)], T0))
+    (pending,) = qm.state.pending
+    assert isinstance(pending.updates[0], Update)
+    old_style = pickle.loads(pickle.dumps(qm.state))
+    old_style.pending[0].__dict__["updates"] = [tuple(u) for u in pending.updates]
+    reloaded = pickle.loads(pickle.dumps(old_style))
+    assert reloaded.pending[0].updates == pending.updates
+    assert all(type(u) is Update for u in reloaded.pending[0].updates)
+    later = QueueManager(reloaded, Settings())
+    later.on_timer(T0 + 16 * MINUTE)
+    assert guid(1) in later.state.queues
+
+
 # ---------------------------------------------------------------- conformance
 def test_a_late_replica_row_never_brings_back_a_queue_a_later_event_3_deleted():
     """3.2.5.2 Event 3 deletes the queue; nothing in 3.2.5 re-adds one except a create."""

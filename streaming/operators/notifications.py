@@ -30,6 +30,7 @@ first copy, -2 for the second, ...) and neither counted towards a batch nor appl
 """
 import bisect
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from enum import StrEnum
 
 from ..wire.guid import GUID_NULL
@@ -41,7 +42,7 @@ from ..wire.propids import PROPIDS
 
 __all__ = ["APPEARED", "Batch", "is_notification_queue", "json_value", "MESSAGE_ID_HISTORY_MS", "MINUTE", "Mode",
            "Notification", "notification_from", "NOTIFY_QUEUE_NUMBER", "Outcome", "QMState", "QUEUE_DEFAULTS",
-           "queue_manager_of", "QueueManager", "QueueRecord", "recency", "REFRESH", "Result", "Settings",
+           "queue_manager_of", "QueueManager", "QueueRecord", "recency", "Update", "REFRESH", "Result", "Settings",
            "UNRESOLVED_WAIT_MS", "V1_CREATE", "V1_QM_UPDATE", "V1_QUEUE_UPDATE", "V2_QUEUE_READ", "Version"]
 
 MINUTE = 60_000
@@ -97,6 +98,19 @@ class Settings:
     flood_per_minute: int = FLOOD_PER_MINUTE      # notifications in a minute past which one is a flood finding
 
 
+class Update(NamedTuple):
+    """One v1 Notification Update (MQCN 2.2.6) as the queue manager keeps it: properties as
+    (PROPID, JSON value) pairs."""
+    command: int                                      # a mqcn.Command
+    use_guid: bool
+    path: str | None
+    guid: str | None
+    props: list
+
+
+_NO_UPDATE = Update(None, None, None, None, [])        # a v1 message of no update: its one outcome row
+
+
 @dataclass
 class Notification:
     message_id: str
@@ -105,12 +119,17 @@ class Notification:
     sender_identifier_type: str | None
     authentication_level: str | None
     source: str | None
-    updates: list = field(default_factory=list)       # v1: (command, use_guid, path, guid, [(prop_id, value)])
+    updates: list = field(default_factory=list)       # v1: its Updates
     event: str | None = None                          # v2
     object_guid: str | None = None
     domain_controller: str | None = None
     destination_queue: str | None = None              # the format name it was sent to (None: not known)
     origin: tuple | None = None                       # where it came from (the adapter's: Kafka coordinates, body)
+
+    def __setstate__(self, state: dict) -> None:
+        """A queue manager state stored before updates were Updates holds plain 5-tuples."""
+        state["updates"] = [Update._make(u) for u in state.get("updates", ())]
+        self.__dict__.update(state)
 
 
 @dataclass
@@ -339,13 +358,14 @@ class QueueManager:
         """3.2.5.1: any failed check disregards the whole message (checked before anything applies)."""
         reason = self._v1_rejection(n)
         if reason:
-            for i, u in enumerate(n.updates or [(None, None, None, None, [])]):
-                self._record(n, i, _v1_action(u), u[3], Result.DISCARDED, reason, batch, now)
+            for i, u in enumerate(n.updates or [_NO_UPDATE]):
+                self._record(n, i, _v1_action(u), u.guid, Result.DISCARDED, reason, batch, now)
             return
-        for i, (command, _use_guid, path, guid, props) in enumerate(n.updates):
+        for i, update in enumerate(n.updates):
+            command, path, guid, props = update.command, update.path, update.guid, update.props
             values = {PROPIDS[k][0]: v for k, v in props if k in PROPIDS}
             kind = object_type_of(props[0][0]) if command in (Command.CREATE, Command.UPDATE) else MQDS_QUEUE
-            action = _v1_action((command, None, path, guid, props))
+            action = _v1_action(update)
             if guid is None and command in (Command.UPDATE, Command.DELETE) and kind == MQDS_QUEUE:
                 guid = self._queue_by_path(path)
                 if guid is None:
@@ -374,7 +394,8 @@ class QueueManager:
             return f"SenderIdentifierType {n.sender_identifier_type}, not QueueManagerIdentifier (3.2.5.1)"
         if n.authentication_level in (None, "None"):
             return "AuthenticationLevel None (3.2.5.1)"
-        for i, (command, _ug, _path, _guid, props) in enumerate(n.updates):
+        for i, update in enumerate(n.updates):
+            command, props = update.command, update.props
             if command in (Command.CREATE, Command.UPDATE):
                 kind = object_type_of(props[0][0]) if props else 0
                 if kind not in (MQDS_QUEUE, MQDS_MACHINE):
@@ -672,7 +693,7 @@ def _queues_named(n: Notification) -> list[str]:
     if n.version == 2:
         return [n.object_guid] if n.event in (Event.CREATE_QUEUE, Event.CHANGE_QUEUE) and n.object_guid else []
     named = []
-    for command, _use_guid, _path, guid, props in n.updates:
+    for command, guid, props in ((u.command, u.guid, u.props) for u in n.updates):
         if command == Command.CREATE:
             named += [v for k, v in props if PROPIDS.get(k, ("",))[0] == "PROPID_Q_INSTANCE" and v]
         elif command == Command.UPDATE and guid and props and object_type_of(props[0][0]) == MQDS_QUEUE:
@@ -716,8 +737,8 @@ def _private_format_name(text: str | None) -> FormatName | None:
     return name if name.kind == "PRIVATE" else None
 
 
-def _v1_action(update) -> str:
-    command, _ug, _path, _guid, props = update
+def _v1_action(update: Update) -> str:
+    command, props = update.command, update.props
     if command == Command.DELETE:
         return "delete queue"
     kind = object_type_of(props[0][0]) if props else 0
@@ -731,8 +752,8 @@ def notification_from(msg: ChangeNotificationMessage, *, message_id: str, arriva
     n = Notification(message_id, arrival_ms, msg.version, sender_identifier_type, authentication_level, source,
                      destination_queue=destination_queue)
     if msg.version == 1:
-        n.updates = [(u.command, u.use_guid, u.path_name, u.guid_identifier,
-                      [(p.prop_id, json_value(p.value)) for p in u.properties]) for u in msg.updates]
+        n.updates = [Update(u.command, u.use_guid, u.path_name, u.guid_identifier,
+                            [(p.prop_id, json_value(p.value)) for p in u.properties]) for u in msg.updates]
     elif msg.body is not None:
         n.event, n.object_guid, n.domain_controller = msg.body.event, msg.body.object_guid, msg.body.domain_controller
     return n
