@@ -26,9 +26,8 @@ WITHHELD_AFTER = 1_500               # messages published before its propagation
 RATE = 250.0
 MESSAGES = 150_000                   # at most 10 minutes of traffic: it stops once the lag alert has fired
 # The rules' windows scaled down: DirstreamReplicaLagGrowing's 10-minute deriv window becomes 60 s,
-# longer than a micro-batch of this traffic takes even on a loaded machine (the one query's take a
-# few seconds; the four queries' replication batches took up to about 50 s), so every window holds
-# a step of the victim's lag and the alert fires however slow the job is.
+# longer than a micro-batch of this traffic takes even on a loaded machine (a few seconds), so every
+# window holds a step of the victim's lag and the alert fires however slow the job is.
 TIME_SCALE = 0.1
 
 

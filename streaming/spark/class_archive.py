@@ -2,8 +2,8 @@
 
 Most of a cold driver JVM's start is loading and verifying Spark's classes. The JDK's dynamic
 class-data sharing (JEP 350, JDK 13+) dumps the classes one run loaded into an archive that
-later JVMs map instead: measured on a 2-core machine, a Spark session 10.3 -> 6.5 s and a whole
-`dirstream run --once` of a few hundred messages 46.5 -> 36-38 s.
+later JVMs map instead, so a Spark session starts in about two thirds of the time (the figures are
+in docs/benchmarks.md).
 
 The first `dirstream run` on a machine (for this JDK and these Spark jars) writes the archive
 when its JVM exits; the file is installed under its final name only once that JVM has exited
