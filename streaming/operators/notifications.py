@@ -226,8 +226,9 @@ class QueueManager:
         if self._is_copy(n):
             return
         if not is_notification_queue(n.destination_queue):
-            self._record(n, 0, self._action(n), n.object_guid, Result.IGNORED, f"sent to {n.destination_queue}, not "
-                         f"the notification queue PRIVATE=<GUID>\\3 (MQCN 1.9)", None, n.arrival_ms)
+            self._record(n, action=self._action(n), guid=n.object_guid, outcome=Result.IGNORED,
+                         reason=f"sent to {n.destination_queue}, not "
+                         f"the notification queue PRIVATE=<GUID>\\3 (MQCN 1.9)", batch=None, now=n.arrival_ms)
             return
         if self.settings.mode == Mode.IMMEDIATE:
             self.state.batches += 1
@@ -274,8 +275,10 @@ class QueueManager:
         copies = seen[1] + 1 if seen else 0
         history[n.message_id] = (n.arrival_ms, copies)
         if copies:
-            self._record(n, -copies, self._action(n), n.object_guid, Result.DUPLICATE, "a copy of a message already "
-                         "received: discarded ([MS-MQQB] 3.1.5.8.1, MessageIDHistoryTable)", None, n.arrival_ms)
+            self._record(n, index=-copies, action=self._action(n), guid=n.object_guid, outcome=Result.DUPLICATE,
+                         reason="a copy of a message already "
+                         "received: discarded ([MS-MQQB] 3.1.5.8.1, MessageIDHistoryTable)", batch=None,
+                         now=n.arrival_ms)
         return bool(copies)
 
     def next_timer_ms(self) -> int | None:
@@ -325,11 +328,12 @@ class QueueManager:
             for n in pending:
                 rejected = self._v1_rejection(n) if n.version == 1 else None
                 if rejected:                    # disregarded whatever the batch: recorded as such
-                    self._record(n, 0, self._action(n), None, Result.DISCARDED, rejected, batch, fired)
+                    self._record(n, action=self._action(n), guid=None, outcome=Result.DISCARDED, reason=rejected,
+                                 batch=batch, now=fired)
                     continue
-                self._record(n, 0, self._action(n), n.object_guid, Result.SUPERSEDED_BY_REFRESH,
-                             f"{len(pending)} notifications in one window: all public queues refreshed instead "
-                             f"(MQCN note <3>)", batch, fired)
+                self._record(n, action=self._action(n), guid=n.object_guid, outcome=Result.SUPERSEDED_BY_REFRESH,
+                             reason=f"{len(pending)} notifications in one window: all public queues refreshed instead "
+                             f"(MQCN note <3>)", batch=batch, now=fired)
             self.refresh_all(fired)
             self._await_announced_queues(pending, fired, batch)
         else:
@@ -346,20 +350,24 @@ class QueueManager:
         if n.version == 1:
             self._process_v1(n, now, batch)
         elif n.version == 2 and self.settings.mode == Mode.IMMEDIATE:
-            self._record(n, 0, self._action(n), n.object_guid, Result.IGNORED, "immediate mode is NT 4 / Windows 2000, "
-                         "which process only the directory service's version 1 messages (note <4>)", batch, now)
+            self._record(n, action=self._action(n), guid=n.object_guid, outcome=Result.IGNORED,
+                         reason="immediate mode is NT 4 / Windows 2000, "
+                         "which process only the directory service's version 1 messages (note <4>)", batch=batch,
+                         now=now)
         elif n.version == 2:
             self._process_v2(n, now, batch)
         else:
-            self._record(n, 0, f"version {n.version}", None, Result.IGNORED, "only versions 1 and 2 are processed "
-                         "(note <4>)", batch, now)
+            self._record(n, action=f"version {n.version}", guid=None, outcome=Result.IGNORED,
+                         reason="only versions 1 and 2 are processed "
+                         "(note <4>)", batch=batch, now=now)
 
     def _process_v1(self, n: Notification, now: int, batch: int) -> None:
         """3.2.5.1: any failed check disregards the whole message (checked before anything applies)."""
         reason = self._v1_rejection(n)
         if reason:
             for i, u in enumerate(n.updates or [_NO_UPDATE]):
-                self._record(n, i, _v1_action(u), u.guid, Result.DISCARDED, reason, batch, now)
+                self._record(n, index=i, action=_v1_action(u), guid=u.guid, outcome=Result.DISCARDED, reason=reason,
+                             batch=batch, now=now)
             return
         for i, update in enumerate(n.updates):
             command, path, guid, props = update.command, update.path, update.guid, update.props
@@ -369,8 +377,10 @@ class QueueManager:
             if guid is None and command in (Command.UPDATE, Command.DELETE) and kind == MQDS_QUEUE:
                 guid = self._queue_by_path(path)
                 if guid is None:
-                    self._record(n, i, action, path, Result.IGNORED, "no queue with this PathName in the "
-                                 "QueueCollection (3.2.5.1: the update names its queue by PathName)", batch, now)
+                    self._record(n, index=i, action=action, guid=path, outcome=Result.IGNORED,
+                                 reason="no queue with this PathName in the "
+                                 "QueueCollection (3.2.5.1: the update names its queue by PathName)", batch=batch,
+                                 now=now)
                     continue
             if command == Command.CREATE and kind == MQDS_QUEUE:
                 self._v1_create(n, i, values, now, batch, action)
@@ -382,12 +392,13 @@ class QueueManager:
                         setattr(self.state, attr, values[name])
                         self.state.qm_since_read.add(name)
                 self.state.updated_ms, self.qm_touched = now, True
-                self._record(n, i, action, guid, Result.APPLIED, None, batch, now)
+                self._record(n, index=i, action=action, guid=guid, outcome=Result.APPLIED, reason=None, batch=batch,
+                             now=now)
             elif command == Command.DELETE:
                 self._delete(n, i, guid, now, batch, action)
             else:
-                self._record(n, i, action, guid or path, Result.IGNORED, "a queue manager create has no action",
-                             batch, now)
+                self._record(n, index=i, action=action, guid=guid or path, outcome=Result.IGNORED,
+                             reason="a queue manager create has no action", batch=batch, now=now)
 
     def _v1_rejection(self, n: Notification) -> str | None:
         if n.sender_identifier_type != "QueueManagerIdentifier":
@@ -427,24 +438,25 @@ class QueueManager:
         attrs.update({k: values[k] for k in V1_CREATE if k in values})
         guid = attrs.get("PROPID_Q_INSTANCE")
         if not guid:
-            self._record(n, i, action, None, Result.IGNORED, "no PROPID_Q_INSTANCE: the queue has no identifier",
-                         batch, now)
+            self._record(n, index=i, action=action, guid=None, outcome=Result.IGNORED,
+                         reason="no PROPID_Q_INSTANCE: the queue has no identifier", batch=batch, now=now)
             return
         self.state.queues[guid] = QueueRecord(attrs, False, n.message_id, now)      # no read left to correct
         self.queues_touched.add(guid)
-        self._record(n, i, action, guid, Result.APPLIED, None, batch, now)
+        self._record(n, index=i, action=action, guid=guid, outcome=Result.APPLIED, reason=None, batch=batch, now=now)
 
     def _v1_update_queue(self, n, i, guid, values, now, batch, action) -> None:
         q = self.state.queues.get(guid)
         if q is None or q.deleted:
-            self._record(n, i, action, guid, Result.IGNORED, "no such queue in the QueueCollection", batch, now)
+            self._record(n, index=i, action=action, guid=guid, outcome=Result.IGNORED,
+                         reason="no such queue in the QueueCollection", batch=batch, now=now)
             return
         changed = {k: values[k] for k in V1_QUEUE_UPDATE if k in values}
         q.attributes.update(changed)
         q.since_read.update(changed)
         q.last_notification, q.updated_ms = n.message_id, now
         self.queues_touched.add(guid)
-        self._record(n, i, action, guid, Result.APPLIED, None, batch, now)
+        self._record(n, index=i, action=action, guid=guid, outcome=Result.APPLIED, reason=None, batch=batch, now=now)
 
     def _delete(self, n, i, guid, now, batch, action) -> None:
         for message_id, arrival, event, b, _read in self.state.unresolved.pop(guid, []):
@@ -459,7 +471,7 @@ class QueueManager:
         q.deleted, q.last_notification, q.updated_ms = True, n.message_id, now
         q.since_read.add("deleted")
         self.queues_touched.add(guid)
-        self._record(n, i, action, guid, Result.APPLIED, None, batch, now)
+        self._record(n, index=i, action=action, guid=guid, outcome=Result.APPLIED, reason=None, batch=batch, now=now)
 
     def _process_v2(self, n: Notification, now: int, batch: int) -> None:
         """3.2.5.2: events 1 and 2 read a queue, 4 the queue manager; 3 deletes without a read."""
@@ -468,11 +480,13 @@ class QueueManager:
             self._delete(n, 0, guid, now, batch, action)
             return
         if n.event not in (Event.CREATE_QUEUE, Event.CHANGE_QUEUE, Event.CHANGE_MACHINE):
-            self._record(n, 0, action, guid, Result.IGNORED, f"Event {n.event} is not 1 to 4 (note <10>)", batch, now)
+            self._record(n, action=action, guid=guid, outcome=Result.IGNORED,
+                         reason=f"Event {n.event} is not 1 to 4 (note <10>)", batch=batch, now=now)
             return
         if n.event == Event.CHANGE_QUEUE and guid not in self.state.unresolved and (guid not in self.state.queues or self.state.queues[guid].deleted):
-            self._record(n, 0, action, guid, Result.IGNORED, "no such queue in the QueueCollection (3.2.5.2 Event 2 "
-                         "updates the corresponding Queue; only Event 1 creates)", batch, now)
+            self._record(n, action=action, guid=guid, outcome=Result.IGNORED,
+                         reason="no such queue in the QueueCollection (3.2.5.2 Event 2 "
+                         "updates the corresponding Queue; only Event 1 creates)", batch=batch, now=now)
             return
         wanted = "machine" if n.event == Event.CHANGE_MACHINE else "queue"
         v = None if guid in self.state.unresolved else self._read(guid, now, wanted)
@@ -480,16 +494,21 @@ class QueueManager:
         if later is not None:            # as if it had waited for the object to appear (see _resolve)
             done = max(later.event_ms, now)
             outcome, reason = self._apply_read(guid, n.event, later, done, n.message_id)
-            self._record(n, 0, action, guid, outcome, reason or APPEARED, batch, done)
+            self._record(n, action=action, guid=guid, outcome=outcome, reason=reason or APPEARED, batch=batch,
+                         now=done)
         elif v is None and guid not in self.state.unresolved and self._holds_other_type(guid, wanted):
-            self._record(n, 0, action, guid, Result.IGNORED, f"the directory holds {guid} but not as a {wanted} "
-                         f"(3.2.5.2: Read Directory with iDirectoryObjectType {wanted!r} returns nothing)", batch, now)
+            self._record(n, action=action, guid=guid, outcome=Result.IGNORED,
+                         reason=f"the directory holds {guid} but not as a {wanted} "
+                         f"(3.2.5.2: Read Directory with iDirectoryObjectType {wanted!r} returns nothing)",
+                         batch=batch, now=now)
         elif v is None:
             self.state.unresolved.setdefault(guid, []).append((n.message_id, n.arrival_ms, n.event, batch, now))
-            self._record(n, 0, action, guid, Result.UNRESOLVED, "no replica holds the object yet: retried when it "
-                         "appears", batch, now)
+            self._record(n, action=action, guid=guid, outcome=Result.UNRESOLVED,
+                         reason="no replica holds the object yet: retried when it "
+                         "appears", batch=batch, now=now)
         else:
-            self._record(n, 0, action, guid, *self._apply_read(guid, n.event, v, now, n.message_id), batch, now)
+            outcome, reason = self._apply_read(guid, n.event, v, now, n.message_id)
+            self._record(n, action=action, guid=guid, outcome=outcome, reason=reason, batch=batch, now=now)
 
     def _apply_read(self, guid: str, event: str, v: Version, now: int, message_id: str | None) -> tuple[str, str | None]:
         """Apply what Read Directory returned for event 1, 2 or 4: (outcome, reason)."""
@@ -683,7 +702,8 @@ class QueueManager:
             return EVENTS.get(n.event, f"event {n.event}")
         return ", ".join(_v1_action(u) for u in n.updates) or "v1"
 
-    def _record(self, n: Notification, index: int, action: str, guid, outcome: str, reason, batch, now) -> None:
+    def _record(self, n: Notification, *, index: int = 0, action: str, guid, outcome: Result, reason, batch,
+                now) -> None:
         self.outcomes.append(Outcome(n.message_id, index, n.version, action, guid, outcome, reason, batch,
                                      n.arrival_ms, now))
 
