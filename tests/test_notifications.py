@@ -318,6 +318,19 @@ def test_a_pending_v1_notification_stored_with_plain_tuples_loads_with_named_upd
     assert guid(1) in later.state.queues
 
 
+def test_take_outputs_hands_over_what_the_queue_manager_collected_and_forgets_it():
+    from streaming.operators.notifications import QueueManagerOutputs
+    qm = batched()
+    qm.receive(v1([create(1)], T0))
+    qm.on_timer(T0 + 16 * MINUTE)
+    outcomes, batches = list(qm.outcomes), list(qm.batches)
+    out = qm.take_outputs()
+    assert isinstance(out, QueueManagerOutputs) and out.outcomes == outcomes and out.batches == batches
+    assert [o.outcome for o in out.outcomes] == ["applied"] and len(out.batches) == 1
+    assert out.queues_touched == {guid(1)} and out.arrived
+    assert qm.take_outputs() == QueueManagerOutputs([], [], set(), False, False)
+
+
 # ---------------------------------------------------------------- conformance
 def test_a_late_replica_row_never_brings_back_a_queue_a_later_event_3_deleted():
     """3.2.5.2 Event 3 deletes the queue; nothing in 3.2.5 re-adds one except a create."""

@@ -25,33 +25,32 @@ QUEUE_COLUMNS = {
 
 
 def step_rows(qm: QueueManager) -> list[tuple[str, dict]]:
-    s, rows = qm.state, []
-    if qm.qm_touched or qm.outcomes or qm.batches or qm.arrived:     # whenever a column below can change
+    s, rows, out = qm.state, [], qm.take_outputs()
+    if out.qm_touched or out.outcomes or out.batches or out.arrived:     # whenever a column below can change
         rows.append(("queue_managers", {"machine_id": s.machine_id, "machine_name": s.machine_name,
                                         "quota": s.quota, "journal_quota": s.journal_quota,
                                         "security": s.security, "updated_at": ts(s.updated_ms) if s.updated_ms
                                         else None, **health_columns(s),
                                         **read_columns("qm_", s.qm_read_ms, s.qm_read_seq, s.qm_since_read)}))
-    for guid in sorted(qm.queues_touched):
+    for guid in sorted(out.queues_touched):
         q = s.queues[guid]
         row = {"queue_manager": s.machine_id, "queue_guid": guid, "deleted": q.deleted,
                "last_notification": q.last_notification, "updated_at": ts(q.updated_ms),
                **read_columns("", q.read_ms, q.read_seq, q.since_read)}
         row.update({col: q.attributes.get(name) for name, col in QUEUE_COLUMNS.items()})
         rows.append(("qm_queues", row))
-    for o in qm.outcomes:
+    for o in out.outcomes:
         rows.append(("notifications", {
             "queue_manager": s.machine_id, "message_id": o.message_id, "update_index": o.index,
             "version": o.version, "action": o.action, "object_guid": o.object_guid, "outcome": o.outcome,
             "reason": o.reason, "batch": o.batch, "arrival_at": ts(o.arrival_ms), "processed_at": ts(o.processed_ms)}))
-    for b in qm.batches:
+    for b in out.batches:
         rows.append(("notification_batches", {
             "queue_manager": s.machine_id, "batch": b.batch,
             "timer_started": ts(b.timer_started_ms) if b.timer_started_ms is not None else None,
             "fired_at": ts(b.fired_ms), "count": b.count, "refresh_all": b.refresh_all}))
     if s.findings is not None:
         rows += s.findings.rows()
-    qm.outcomes, qm.batches, qm.queues_touched, qm.qm_touched, qm.arrived = [], [], set(), False, False
     return rows
 
 

@@ -42,7 +42,7 @@ from ..wire.propids import PROPIDS
 
 __all__ = ["APPEARED", "Batch", "is_notification_queue", "json_value", "MESSAGE_ID_HISTORY_MS", "MINUTE", "Mode",
            "Notification", "notification_from", "NOTIFY_QUEUE_NUMBER", "Outcome", "QMState", "QUEUE_DEFAULTS",
-           "queue_manager_of", "QueueManager", "QueueRecord", "recency", "Update", "REFRESH", "Result", "Settings",
+           "queue_manager_of", "QueueManager", "QueueManagerOutputs", "QueueRecord", "recency", "Update", "REFRESH", "Result", "Settings",
            "UNRESOLVED_WAIT_MS", "V1_CREATE", "V1_QM_UPDATE", "V1_QUEUE_UPDATE", "V2_QUEUE_READ", "Version"]
 
 MINUTE = 60_000
@@ -207,6 +207,15 @@ class Batch:
     refresh_all: bool
 
 
+class QueueManagerOutputs(NamedTuple):
+    """What a queue manager did since its outputs were last taken (QueueManager.take_outputs)."""
+    outcomes: list[Outcome]
+    batches: list[Batch]
+    queues_touched: set[str]          # the queues whose rows may have changed
+    qm_touched: bool                  # the queue manager's own row may have changed
+    arrived: bool                     # a notification joined the batching window
+
+
 class QueueManager:
     def __init__(self, state: QMState, settings: Settings | None = None):
         self.state = state
@@ -217,6 +226,12 @@ class QueueManager:
         self.qm_touched = False
         self.arrived = False                              # a notification joined the batching window
         self.current: Notification | None = None          # the notification being processed
+
+    def take_outputs(self) -> QueueManagerOutputs:
+        """Everything collected since the last take, handed over and forgotten here."""
+        outputs = QueueManagerOutputs(self.outcomes, self.batches, self.queues_touched, self.qm_touched, self.arrived)
+        self.outcomes, self.batches, self.queues_touched, self.qm_touched, self.arrived = [], [], set(), False, False
+        return outputs
 
     # ------------------------------------------------------------ arrival (1.6, note <3>)
     def receive(self, n: Notification, destination_name: str | None = None) -> None:
