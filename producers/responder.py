@@ -4,7 +4,6 @@ Sans-IO core `Authorities` answers one replication message with the messages the
 would send; `run_responder` is the Kafka loop around it (outbound topic in, raw topic out).
 The authorities' state is the simulator's ground truth (its `partitions`).
 """
-import itertools
 import logging
 import threading
 import time
@@ -26,13 +25,17 @@ from .truth import properties_from_json
 __all__ = ["Answer", "ANSWERED_IDS", "answering_between", "arrives_at", "Authorities", "CLOSE_TIMEOUT_S",
            "date_answers", "empty_value", "HeldPartition", "latest_arrival_ms", "latest_arrival_on",
            "live_authorities", "LivePartition", "LivePartitions", "log", "MQ_OK", "OutboundRequests",
-           "run_responder", "SYNC_ORDER", "SYNC_PROPERTIES", "SYNC_REPLY_CHUNK", "TruthPartition",
+           "run_responder", "SYNC_ORDER", "SYNC_PROPERTIES", "SYNC_REPLY_BYTES",
+           "SYNC_REPLY_HEADER_BYTES", "sync0_part", "TruthPartition",
            "TruthPartitions"]
 
 log = logging.getLogger("dirstream.responder")
 ANSWERED_IDS = 100_000          # a replayed micro-batch republishes ids it sent moments before
 CLOSE_TIMEOUT_S = 30.0          # the longest a responder waits for its consumer to close
-SYNC_REPLY_CHUNK = 500          # DirectoryChanges per sync0 SyncReplyMessage (the spec sets no limit)
+# A sync0 part's body at most (the spec sets no limit: 3.2.7.3 builds one reply). Kafka's clients refuse
+# a record over 1,000,000 bytes by default; the envelope around the body adds a few hundred.
+SYNC_REPLY_BYTES = 900_000
+SYNC_REPLY_HEADER_BYTES = 66          # SyncReplyHeader, the base header included (2.2.5.3)
 MQ_OK = 0
 
 # 3.2.7.8 refTable, DirectoryChangePropID column (digest §10.8): what a sync change carries, in order.
@@ -141,6 +144,18 @@ class TruthPartitions(dict):
         return super().get(partition_id, default)
 
 
+def sync0_part(changes) -> tuple[list, bool]:
+    """The first of a sync0 answer's changes whose SyncReplyMessage fits SYNC_REPLY_BYTES (at least
+    one), and whether more follow: fewer, larger parts take fewer round trips through the requester."""
+    part, size = [], SYNC_REPLY_HEADER_BYTES
+    for change in changes:
+        size += len(mqdsrp.encode_directory_change(change))
+        if part and size > SYNC_REPLY_BYTES:
+            return part, True
+        part.append(change)
+    return part, False
+
+
 class Authorities:
     def __init__(self, truth: dict):
         self.servers = truth["servers"]
@@ -183,9 +198,8 @@ class Authorities:
                                envelope)]
         to = last if req.to_seq_number == MAX_SEQ_NUMBER else req.to_seq_number
         changes = self._changes_between(req.partition_id, part, req.from_seq_number, to, purged, req.scope)
-        if req.is_sync0:            # served in parts (below): one more than a part says whether more follow
-            changes = itertools.islice(changes, SYNC_REPLY_CHUNK + 1)
-        return self._sync_replies(authority, req, list(changes), to, last, purged, envelope)
+        changes, more = sync0_part(changes) if req.is_sync0 else (list(changes), False)
+        return [self._sync_reply(authority, req, changes, more, to, last, purged, envelope)]
 
     def _changes_between(self, pid: str, part: HeldPartition, first: int, last: int, purged: int, scope: int):
         """The DirectoryChanges of [first, last] in ascending order (the digest's reading of the
@@ -200,24 +214,19 @@ class Authorities:
             plist = [Property(prop_id, props.get(prop_id, empty)) for prop_id, empty in SYNC_ORDER[object_type]]
             yield mqdsrp.DirectoryChange(mqdsrp.CMD_SYNC, 1, None, guid, pid, 0, seq, purged, plist)
 
-    def _sync_replies(self, authority, req, changes, to, last, purged, envelope) -> list[Answer]:
+    def _sync_reply(self, authority, req, changes, more, to, last, purged, envelope) -> Answer:
         # 3.2.7.3 answers a request with one SyncReplyMessage holding every change in [From, To]. Only
         # sync0 is served in parts: CompleteSync0 = 1 makes the requester ask for the rest (3.3.7.5).
         # (Splitting a normal reply would let the requester apply its pending changes between the
         # parts, on top of objects the later parts would have replaced.)
-        chunks = [changes[:SYNC_REPLY_CHUNK]] if req.is_sync0 else [changes]
-        answers, previous = [], req.from_seq_number
-        for index, chunk in enumerate(chunks):
-            for change in chunk:            # PreviousSeqNumber chains from FromSeqNumber (3.2.7.3)
-                change.previous_seq_number, previous = previous, change.seq_number
-            more = index < len(chunks) - 1 or (req.is_sync0 and len(changes) > len(chunk))
-            chunk_to = chunk[-1].seq_number if more and chunk else to
-            complete = 0 if not req.is_sync0 else (1 if more or chunk_to != last else 2)
-            header = mqdsrp.SyncReplyHeader(req.partition_id, req.from_seq_number if index == 0 else
-                                            chunks[index - 1][-1].seq_number, chunk_to, purged, len(chunk), complete)
-            answers.append(self._send(authority, req.requester_name, mqdsrp.SyncReplyMessage(header, chunk), envelope))
-            self.stats["sync_replies"] += 1
-        return answers
+        previous = req.from_seq_number
+        for change in changes:              # PreviousSeqNumber chains from FromSeqNumber (3.2.7.3)
+            change.previous_seq_number, previous = previous, change.seq_number
+        part_to = changes[-1].seq_number if more else to
+        complete = 0 if not req.is_sync0 else (1 if more or part_to != last else 2)
+        header = mqdsrp.SyncReplyHeader(req.partition_id, req.from_seq_number, part_to, purged, len(changes), complete)
+        self.stats["sync_replies"] += 1
+        return self._send(authority, req.requester_name, mqdsrp.SyncReplyMessage(header, changes), envelope)
 
     # 3.2.7.6 Send Change Reply: the authority applied the change (its result is in the truth).
     def _change_reply(self, req: mqdsrp.ChangeRequestMessage, envelope: dict) -> list[Answer]:

@@ -6,6 +6,8 @@ import functools
 
 import pytest
 
+import producers.responder as responder
+
 from producers.simulator import Faults, Simulator
 from replication_harness import OfflineJob
 from streaming.apps.verify import compare_notifications, compare_replication
@@ -54,7 +56,10 @@ def test_dropped_propagations_heal_through_sync_requests(batch):
     assert any(r["operation"] == "SyncRequest" for r in job.outbound)
 
 
-def test_a_replica_behind_the_purge_horizon_resynchronises_through_sync0():
+@pytest.mark.parametrize("part_bytes", [2_000, None])
+def test_a_replica_behind_the_purge_horizon_resynchronises_through_sync0(part_bytes, monkeypatch):
+    if part_bytes is not None:          # many small parts, each asked for in turn (3.3.7.5)
+        monkeypatch.setattr(responder, "SYNC_REPLY_BYTES", part_bytes)
     envelopes, truth = run(3, 5000)
     purged = {pid for pid, p in truth["partitions"].items() if seq_from_hex(p["purged_seq_number"]) > 0}
     assert purged, "the authorities must have purged something for this test"
@@ -66,6 +71,7 @@ def test_a_replica_behind_the_purge_horizon_resynchronises_through_sync0():
     sync0 = [r for r in job.outbound if r["reason"] == "sync0"]
     assert sync0 and {r["server"] for r in sync0} == {"bsc2-1"} and {r["partition_id"] for r in sync0} <= purged
     assert all(r["detail"]["is_sync0"] == 1 for r in sync0)
+    assert len(sync0) > (5 if part_bytes else 0)
     assert differences(job, truth) == []
 
 

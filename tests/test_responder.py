@@ -1,7 +1,9 @@
 """The authority responder's answers (MC-MQDSRP 3.2.7.3, 3.2.7.6), sans-IO."""
 import pytest
 
-from producers.responder import SYNC_REPLY_CHUNK, Authorities
+import producers.responder as responder
+from producers.responder import SYNC_REPLY_BYTES, Authorities, sync0_part
+from streaming.wire.envelope import encode_envelope
 from producers.simulator import Simulator
 from streaming.wire.envelope import make_envelope
 from streaming.wire import decode, encode, mqdsrp
@@ -86,8 +88,70 @@ def test_sync0_request_gets_one_reply_and_complete_flag():
     answers = ask(mqdsrp.SyncRequestMessage(pid, 0, MAX_SEQ_NUMBER, purged, 1, 1, "psc2"), site=pid)
     assert len(answers) == 1
     header = answers[0][1].sync_reply.sync_reply_header
-    n = len(part["objects"]) + len(part["deleted_objects"])
-    assert header.complete_sync0 == (1 if n > SYNC_REPLY_CHUNK else 2)
+    whole = ask(mqdsrp.SyncRequestMessage(pid, 0, MAX_SEQ_NUMBER, purged, 0, 1, "psc2"), site=pid)
+    fits = len(encode("mqdsrp", whole[0][1])) <= SYNC_REPLY_BYTES
+    assert header.complete_sync0 == (2 if fits else 1)
+
+
+def sync0_conversation(pid: str, purged: int) -> list[bytes]:
+    """The bodies of a sync0 asked for part after part, each from the last part's To (3.3.7.5)."""
+    bodies, first = [], 0
+    while True:
+        ((_, msg),) = ask(mqdsrp.SyncRequestMessage(pid, first, MAX_SEQ_NUMBER, purged, 1, 1, "psc2"), site=pid)
+        bodies.append(encode("mqdsrp", msg))
+        header = msg.sync_reply.sync_reply_header
+        assert header.from_seq_number == first and len(bodies) < 10_000
+        if header.complete_sync0 != 1:
+            return bodies
+        first = header.to_seq_number
+
+
+@pytest.mark.parametrize("budget", [1_000, 6_000, 40_000])
+def test_a_sync0_in_parts_carries_the_whole_partition_each_part_within_its_byte_budget(budget, monkeypatch):
+    pid, part = a_site_partition()
+    purged = seq_from_hex(part["purged_seq_number"])
+    ((_, whole),) = ask(mqdsrp.SyncRequestMessage(pid, 0, MAX_SEQ_NUMBER, purged, 0, 1, "psc2"), site=pid)
+    monkeypatch.setattr(responder, "SYNC_REPLY_BYTES", budget)
+    bodies = sync0_conversation(pid, purged)
+    replies = [decode("mqdsrp", b).sync_reply for b in bodies]
+    assert len(replies) > 1
+    assert all(len(b) <= budget or r.sync_reply_header.count == 1 for b, r in zip(bodies, replies))
+    # [From, To] includes From (the lookup's PRGE, 3.2.7.8): a part after the first starts again with
+    # the change its From names, which the requester already holds and skips
+    news = [r.directory_changes[1:] if i and r.directory_changes[0].seq_number == r.sync_reply_header.from_seq_number
+            else r.directory_changes for i, r in enumerate(replies)]
+    # a part is as full as the budget allows: the next part's first new change would not have fitted
+    for body, nxt in zip(bodies, news[1:]):
+        assert len(body) + len(mqdsrp.encode_directory_change(nxt[0])) > budget
+    carried = [c for changes in news for c in changes]
+    assert [(c.seq_number, c.guid_identifier, c.properties) for c in carried] == \
+        [(c.seq_number, c.guid_identifier, c.properties) for c in whole.sync_reply.directory_changes]
+    for r in replies:             # each part chains from its own From (3.2.7.3)
+        previous = r.sync_reply_header.from_seq_number
+        for c in r.directory_changes:
+            assert c.previous_seq_number == previous
+            previous = c.seq_number
+        assert r.sync_reply_header.count == len(r.directory_changes)
+    assert [r.sync_reply_header.complete_sync0 for r in replies] == [1] * (len(replies) - 1) + [2]
+    assert replies[-1].sync_reply_header.to_seq_number == seq_from_hex(part["last_seq_number"])
+
+
+def test_the_fullest_sync0_part_fits_a_kafka_record_of_the_clients_default_limit():
+    pid, part = a_site_partition()
+    purged = seq_from_hex(part["purged_seq_number"])
+    ((_, whole),) = ask(mqdsrp.SyncRequestMessage(pid, 0, MAX_SEQ_NUMBER, purged, 0, 1, "psc2"), site=pid)
+    changes = whole.sync_reply.directory_changes
+    many = (changes[i % len(changes)] for i in range(10**6))
+    chunk, more = sync0_part(many)
+    assert more
+    header = mqdsrp.SyncReplyHeader(pid, 0, chunk[-1].seq_number, purged, len(chunk), 1)
+    body = encode("mqdsrp", mqdsrp.new_message(pid, mqdsrp.SyncReplyMessage(header, chunk)))
+    assert SYNC_REPLY_BYTES - 2_000 < len(body) <= SYNC_REPLY_BYTES
+    env = make_envelope("mqdsrp", body, source_machine="psc-with-a-long-machine-name-" + "x" * 200,
+                        destination_machine="bsc-" + "y" * 200, destination_queue="DIRECT=OS:" + "z" * 250,
+                        sent_time=1000, sender_identifier_type="QueueManagerIdentifier", sender_identifier=GUID_NULL,
+                        authentication_level="Sig10", hash_algorithm="MD5")
+    assert len(encode_envelope(env)) < 1_000_000       # librdkafka's message.max.bytes default
 
 
 def test_change_request_gets_a_change_reply_to_the_requester():

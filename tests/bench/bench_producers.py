@@ -8,7 +8,7 @@ messages; the objects of the busiest partition grow with the traffic, about 5 pe
 a partition of that many objects, each updated a few times, built in memory (the largest sizes
 would take hours to simulate). Per size: sync replies to a replica a few changes behind (the common
 request) per second, change replies per second, and the CPU time of a whole sync0 (every object,
-in parts of 500 changes, each asked for in turn); then each ratio to the smallest size, beside the
+in parts of at most SYNC_REPLY_BYTES (900,000 bytes), each asked for in turn); then each ratio to the smallest size, beside the
 target (within 15 % for a reply; proportional to the size for a sync0).
 
 The simulator (`produce simulate`'s generation, its truth written as it goes) is measured the same
@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from producers.enterprise import DeletedObject, DirObject, Partition, MQDS_QUEUE  # noqa: E402
-from producers.responder import SYNC_REPLY_CHUNK, Authorities, LivePartitions  # noqa: E402
+from producers.responder import Authorities, LivePartitions  # noqa: E402
 from streaming.wire import decode, encode, mqdsrp  # noqa: E402
 from streaming.wire.properties import Property  # noqa: E402
 from streaming.wire.seqnum import MAX_SEQ_NUMBER  # noqa: E402
@@ -113,23 +113,24 @@ def measure(messages: int) -> dict:
         header = mqdsrp.ChangeRequestHeader(PARTITION, rng.randrange(1 << 30), 0, "bsc1")
         authorities.answer(request(mqdsrp.ChangeRequestMessage(header, update)))
 
-    def sync0():              # every part, each asked for from where the one before ended
-        first = 0
+    def sync0() -> int:       # every part, each asked for from where the one before ended; the parts
+        first, parts = 0, 0
         while True:
+            parts += 1
             (answer,) = authorities.answer(request(mqdsrp.SyncRequestMessage(
                 PARTITION, first, MAX_SEQ_NUMBER, 0, 1, 0, "bsc1")))
             reply = decode("mqdsrp", answer.envelope["body"]).sync_reply
             if reply.sync_reply_header.complete_sync0 != 1:
-                return
+                return parts
             first = reply.sync_reply_header.to_seq_number
 
     whole = float("inf")
     for _ in range(3):                    # the best of three, as per_second
         started = time.process_time()
-        sync0()
+        parts = sync0()
         whole = min(whole, time.process_time() - started)
     return {"messages": messages, "objects": objects, "built_s": built, "sync_per_s": per_second(sync_behind),
-            "change_per_s": per_second(change), "sync0_s": whole, "sync0_parts": -(-len(p.objects) // SYNC_REPLY_CHUNK)}
+            "change_per_s": per_second(change), "sync0_s": whole, "sync0_parts": parts}
 
 
 QUEUES_PER_MESSAGE, USERS_PER_MESSAGE = 0.015, 0.0025     # a simulated run's directory growth (soak settings)
@@ -215,10 +216,10 @@ def main(argv=None) -> int:
         print(f"  the last window {last / first:.2f} of the second (the first holds the bootstrap; target >= 0.85)")
     print("the authorities:")
     rows = [measure(n) for n in sizes]
-    print(f"{'messages':>12} {'objects':>9} {'sync/s':>10} {'change/s':>10} {'sync0 CPU s':>12}")
+    print(f"{'messages':>12} {'objects':>9} {'sync/s':>10} {'change/s':>10} {'sync0 CPU s':>12} {'sync0 parts':>12}")
     for r in rows:
         print(f"{r['messages']:>12,} {r['objects']:>9,} {r['sync_per_s']:>10,.0f} {r['change_per_s']:>10,.0f} "
-              f"{r['sync0_s']:>12.2f}")
+              f"{r['sync0_s']:>12.2f} {r['sync0_parts']:>12,}")
     base = rows[0]
     print("ratios to the smallest size (target: a reply within 15 % of it; a sync0 in proportion to the objects):")
     for r in rows[1:]:
