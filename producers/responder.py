@@ -26,7 +26,7 @@ __all__ = ["Answer", "ANSWERED_IDS", "answering_between", "arrives_at", "Authori
            "date_answers", "empty_value", "HeldPartition", "latest_arrival_ms", "latest_arrival_on",
            "live_authorities", "LivePartition", "LivePartitions", "log", "MQ_OK", "OutboundRequests",
            "run_responder", "SYNC_ORDER", "SYNC_PROPERTIES", "SYNC_REPLY_BYTES",
-           "SYNC_REPLY_HEADER_BYTES", "sync0_part", "TruthPartition",
+           "sync0_part", "TruthPartition",
            "TruthPartitions"]
 
 log = logging.getLogger("dirstream.responder")
@@ -35,7 +35,6 @@ CLOSE_TIMEOUT_S = 30.0          # the longest a responder waits for its consumer
 # A sync0 part's body at most (the spec sets no limit: 3.2.7.3 builds one reply). Kafka's clients refuse
 # a record over 1,000,000 bytes by default; the envelope around the body adds a few hundred.
 SYNC_REPLY_BYTES = 900_000
-SYNC_REPLY_HEADER_BYTES = 66          # SyncReplyHeader, the base header included (2.2.5.3)
 MQ_OK = 0
 
 # 3.2.7.8 refTable, DirectoryChangePropID column (digest §10.8): what a sync change carries, in order.
@@ -144,15 +143,18 @@ class TruthPartitions(dict):
         return super().get(partition_id, default)
 
 
-def sync0_part(changes) -> tuple[list, bool]:
-    """The first of a sync0 answer's changes whose SyncReplyMessage fits SYNC_REPLY_BYTES (at least
-    one), and whether more follow: fewer, larger parts take fewer round trips through the requester."""
-    part, size = [], SYNC_REPLY_HEADER_BYTES
+def sync0_part(changes, from_seq: int) -> tuple[list, bool]:
+    """The first of a sync0 answer's changes whose SyncReplyMessage fits SYNC_REPLY_BYTES, and
+    whether more follow: fewer, larger parts take fewer round trips through the requester. A part
+    always carries a change past from_seq, whatever its size: [From, To] includes From (3.2.7.8's
+    PRGE), and a part of only that change would have the requester ask for it again forever."""
+    part, size, moves_on = [], mqdsrp.SYNC_REPLY_HEADER_SIZE, False
     for change in changes:
         size += len(mqdsrp.encode_directory_change(change))
-        if part and size > SYNC_REPLY_BYTES:
+        if moves_on and size > SYNC_REPLY_BYTES:
             return part, True
         part.append(change)
+        moves_on = moves_on or change.seq_number > from_seq
     return part, False
 
 
@@ -198,7 +200,7 @@ class Authorities:
                                envelope)]
         to = last if req.to_seq_number == MAX_SEQ_NUMBER else req.to_seq_number
         changes = self._changes_between(req.partition_id, part, req.from_seq_number, to, purged, req.scope)
-        changes, more = sync0_part(changes) if req.is_sync0 else (list(changes), False)
+        changes, more = sync0_part(changes, req.from_seq_number) if req.is_sync0 else (list(changes), False)
         return [self._sync_reply(authority, req, changes, more, to, last, purged, envelope)]
 
     def _changes_between(self, pid: str, part: HeldPartition, first: int, last: int, purged: int, scope: int):

@@ -118,16 +118,19 @@ def test_ctrl_c_flushes_everything_sent(broker, tmp_path):
         proc = subprocess.Popen([*_exe(), "produce", "simulate", "--bootstrap", broker, "--rate", "500",
                                  "--duration", "60"], stdout=subprocess.PIPE, stderr=err)
 
+    def stderr() -> str:
+        return errors.read_text("utf-8", "replace")
+
     def sent() -> int:
-        counts = re.findall(r"sent (\d+) messages", errors.read_text("utf-8", "replace"))
+        counts = re.findall(r"sent (\d+) messages", stderr())
         return int(counts[-1]) if counts else 0
     deadline = time.monotonic() + 300                 # only a hang takes this long
     while sent() <= 100:                              # a loaded machine starts it late
-        assert proc.poll() is None and time.monotonic() < deadline, errors.read_text()[-3000:] or "no progress"
+        assert proc.poll() is None and time.monotonic() < deadline, stderr()[-3000:] or "no progress"
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=600)
-    assert out.strip(), f"no summary (exit {proc.returncode}); standard error:\n{errors.read_text()[-3000:]}"
+    assert out.strip(), f"no summary (exit {proc.returncode}); standard error:\n{stderr()[-3000:]}"
     summary = json.loads(out)
     assert summary["interrupted"] and summary["published"] > 100
     assert summary["delivered"] == summary["published"]
