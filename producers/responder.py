@@ -25,8 +25,7 @@ from .truth import properties_from_json
 __all__ = ["Answer", "ANSWERED_IDS", "answering_between", "arrives_at", "Authorities", "CLOSE_TIMEOUT_S",
            "date_answers", "empty_value", "HeldPartition", "latest_arrival_ms", "latest_arrival_on",
            "live_authorities", "LivePartition", "LivePartitions", "log", "MQ_OK", "OutboundRequests",
-           "run_responder", "SYNC_ORDER", "SYNC_PROPERTIES", "SYNC_REPLY_BYTES",
-           "sync0_part", "TruthPartition",
+           "run_responder", "SYNC_ORDER", "SYNC_PROPERTIES", "SYNC_REPLY_BYTES", "sync0_part", "TruthPartition",
            "TruthPartitions"]
 
 log = logging.getLogger("dirstream.responder")

@@ -42,8 +42,9 @@ from ..wire.propids import PROPIDS
 
 __all__ = ["APPEARED", "Batch", "is_notification_queue", "json_value", "MESSAGE_ID_HISTORY_MS", "MINUTE", "Mode",
            "Notification", "notification_from", "NOTIFY_QUEUE_NUMBER", "Outcome", "QMState", "QUEUE_DEFAULTS",
-           "queue_manager_of", "QueueManager", "QueueManagerOutputs", "QueueRecord", "recency", "Update", "REFRESH", "Result", "Settings",
-           "UNRESOLVED_WAIT_MS", "V1_CREATE", "V1_QM_UPDATE", "V1_QUEUE_UPDATE", "V2_QUEUE_READ", "Version"]
+           "queue_manager_of", "QueueManager", "QueueManagerOutputs", "QueueRecord", "recency", "REFRESH", "Result",
+           "Settings", "UNRESOLVED_WAIT_MS", "Update", "V1_CREATE", "V1_QM_UPDATE", "V1_QUEUE_UPDATE", "V2_QUEUE_READ",
+           "Version"]
 
 MINUTE = 60_000
 NOTIFY_QUEUE_NUMBER = "3"             # MQCN 1.9: NOTIFY_QUEUE_PRIVATE is private queue 3
@@ -242,8 +243,8 @@ class QueueManager:
             return
         if not is_notification_queue(n.destination_queue):
             self._record(n, action=self._action(n), guid=n.object_guid, outcome=Result.IGNORED,
-                         reason=f"sent to {n.destination_queue}, not "
-                         f"the notification queue PRIVATE=<GUID>\\3 (MQCN 1.9)", batch=None, now=n.arrival_ms)
+                         reason=f"sent to {n.destination_queue}, not the notification queue PRIVATE=<GUID>\\3 "
+                                "(MQCN 1.9)", batch=None, now=n.arrival_ms)
             return
         if self.settings.mode == Mode.IMMEDIATE:
             self.state.batches += 1
@@ -291,9 +292,8 @@ class QueueManager:
         history[n.message_id] = (n.arrival_ms, copies)
         if copies:
             self._record(n, index=-copies, action=self._action(n), guid=n.object_guid, outcome=Result.DUPLICATE,
-                         reason="a copy of a message already "
-                         "received: discarded ([MS-MQQB] 3.1.5.8.1, MessageIDHistoryTable)", batch=None,
-                         now=n.arrival_ms)
+                         reason="a copy of a message already received: discarded ([MS-MQQB] 3.1.5.8.1, "
+                                "MessageIDHistoryTable)", batch=None, now=n.arrival_ms)
         return bool(copies)
 
     def next_timer_ms(self) -> int | None:
@@ -347,8 +347,8 @@ class QueueManager:
                                  batch=batch, now=fired)
                     continue
                 self._record(n, action=self._action(n), guid=n.object_guid, outcome=Result.SUPERSEDED_BY_REFRESH,
-                             reason=f"{len(pending)} notifications in one window: all public queues refreshed instead "
-                             f"(MQCN note <3>)", batch=batch, now=fired)
+                             reason=f"{len(pending)} notifications in one window: all public queues refreshed "
+                                    "instead (MQCN note <3>)", batch=batch, now=fired)
             self.refresh_all(fired)
             self._await_announced_queues(pending, fired, batch)
         else:
@@ -366,15 +366,13 @@ class QueueManager:
             self._process_v1(n, now, batch)
         elif n.version == 2 and self.settings.mode == Mode.IMMEDIATE:
             self._record(n, action=self._action(n), guid=n.object_guid, outcome=Result.IGNORED,
-                         reason="immediate mode is NT 4 / Windows 2000, "
-                         "which process only the directory service's version 1 messages (note <4>)", batch=batch,
-                         now=now)
+                         reason="immediate mode is NT 4 / Windows 2000, which process only the directory service's "
+                                "version 1 messages (note <4>)", batch=batch, now=now)
         elif n.version == 2:
             self._process_v2(n, now, batch)
         else:
             self._record(n, action=f"version {n.version}", guid=None, outcome=Result.IGNORED,
-                         reason="only versions 1 and 2 are processed "
-                         "(note <4>)", batch=batch, now=now)
+                         reason="only versions 1 and 2 are processed (note <4>)", batch=batch, now=now)
 
     def _process_v1(self, n: Notification, now: int, batch: int) -> None:
         """3.2.5.1: any failed check disregards the whole message (checked before anything applies)."""
@@ -393,9 +391,8 @@ class QueueManager:
                 guid = self._queue_by_path(path)
                 if guid is None:
                     self._record(n, index=i, action=action, guid=path, outcome=Result.IGNORED,
-                                 reason="no queue with this PathName in the "
-                                 "QueueCollection (3.2.5.1: the update names its queue by PathName)", batch=batch,
-                                 now=now)
+                                 reason="no queue with this PathName in the QueueCollection (3.2.5.1: the update "
+                                        "names its queue by PathName)", batch=batch, now=now)
                     continue
             if command == Command.CREATE and kind == MQDS_QUEUE:
                 self._v1_create(n, i, values, now, batch, action)
@@ -500,8 +497,8 @@ class QueueManager:
             return
         if n.event == Event.CHANGE_QUEUE and guid not in self.state.unresolved and (guid not in self.state.queues or self.state.queues[guid].deleted):
             self._record(n, action=action, guid=guid, outcome=Result.IGNORED,
-                         reason="no such queue in the QueueCollection (3.2.5.2 Event 2 "
-                         "updates the corresponding Queue; only Event 1 creates)", batch=batch, now=now)
+                         reason="no such queue in the QueueCollection (3.2.5.2 Event 2 updates the corresponding "
+                                "Queue; only Event 1 creates)", batch=batch, now=now)
             return
         wanted = "machine" if n.event == Event.CHANGE_MACHINE else "queue"
         v = None if guid in self.state.unresolved else self._read(guid, now, wanted)
@@ -513,14 +510,12 @@ class QueueManager:
                          now=done)
         elif v is None and guid not in self.state.unresolved and self._holds_other_type(guid, wanted):
             self._record(n, action=action, guid=guid, outcome=Result.IGNORED,
-                         reason=f"the directory holds {guid} but not as a {wanted} "
-                         f"(3.2.5.2: Read Directory with iDirectoryObjectType {wanted!r} returns nothing)",
-                         batch=batch, now=now)
+                         reason=f"the directory holds {guid} but not as a {wanted} (3.2.5.2: Read Directory with "
+                                f"iDirectoryObjectType {wanted!r} returns nothing)", batch=batch, now=now)
         elif v is None:
             self.state.unresolved.setdefault(guid, []).append((n.message_id, n.arrival_ms, n.event, batch, now))
             self._record(n, action=action, guid=guid, outcome=Result.UNRESOLVED,
-                         reason="no replica holds the object yet: retried when it "
-                         "appears", batch=batch, now=now)
+                         reason="no replica holds the object yet: retried when it appears", batch=batch, now=now)
         else:
             outcome, reason = self._apply_read(guid, n.event, v, now, n.message_id)
             self._record(n, action=action, guid=guid, outcome=outcome, reason=reason, batch=batch, now=now)

@@ -8,8 +8,9 @@ messages; the objects of the busiest partition grow with the traffic, about 5 pe
 a partition of that many objects, each updated a few times, built in memory (the largest sizes
 would take hours to simulate). Per size: sync replies to a replica a few changes behind (the common
 request) per second, change replies per second, and the CPU time of a whole sync0 (every object,
-in parts of at most SYNC_REPLY_BYTES (900,000 bytes), each asked for in turn); then each ratio to the smallest size, beside the
-target (within 15 % for a reply; proportional to the size for a sync0).
+in parts of at most SYNC_REPLY_BYTES, 900,000 bytes, each asked for in turn) with its count of
+parts; then each ratio to the smallest size, beside the target (within 15 % for a reply;
+proportional to the size for a sync0).
 
 The simulator (`produce simulate`'s generation, its truth written as it goes) is measured the same
 way: a simulator whose directory is grown to what a run of that many messages holds (its own
@@ -113,7 +114,7 @@ def measure(messages: int) -> dict:
         header = mqdsrp.ChangeRequestHeader(PARTITION, rng.randrange(1 << 30), 0, "bsc1")
         authorities.answer(request(mqdsrp.ChangeRequestMessage(header, update)))
 
-    def sync0() -> int:       # every part, each asked for from where the one before ended; the parts
+    def sync0() -> int:       # every part, each asked for from where the one before ended: how many
         first, parts = 0, 0
         while True:
             parts += 1

@@ -19,9 +19,9 @@ One run, on a fresh embedded Apache Kafka broker, producer, broker and job on th
    `--catch-up-minutes` (10), every micro-batch of every query within `--max-records`.
 3. **Final**: the producer ends and `produce respond` answers what the job still asks (from the truth
    file); the job runs on until its topics have been quiet for `--quiet-s` (a replica that fell behind
-   the authority's purge horizon is reset by sync0, in replies of at most 900,000 bytes, each asked for in turn),
-   at most `--settle-minutes`; copies of the last notification move event time on past every MQCN
-   wait (producers/clock.py: duplicates, discarded) and the job reads them too; the responder stops,
+   the authority's purge horizon is reset by sync0, in replies of at most 900,000 bytes, each asked
+   for in turn), at most `--settle-minutes`; copies of the last notification move event time on past
+   every MQCN wait (producers/clock.py: duplicates, discarded) and the job reads them too; the responder stops,
    the job reads its last answers and is stopped; then `dirstream verify`, and with `--compare` a
    fresh checkpoint's `--once` over the same Kafka content must give the same tables, row for row.
 
