@@ -723,11 +723,11 @@ def _queues_named(n: Notification) -> list[str]:
     if n.version == 2:
         return [n.object_guid] if n.event in (Event.CREATE_QUEUE, Event.CHANGE_QUEUE) and n.object_guid else []
     named = []
-    for command, guid, props in ((u.command, u.guid, u.props) for u in n.updates):
-        if command == Command.CREATE:
-            named += [v for k, v in props if PROPIDS.get(k, ("",))[0] == "PROPID_Q_INSTANCE" and v]
-        elif command == Command.UPDATE and guid and props and object_type_of(props[0][0]) == MQDS_QUEUE:
-            named.append(guid)
+    for u in n.updates:
+        if u.command == Command.CREATE:
+            named += [v for k, v in u.props if PROPIDS.get(k, ("",))[0] == "PROPID_Q_INSTANCE" and v]
+        elif u.command == Command.UPDATE and u.guid and u.props and object_type_of(u.props[0][0]) == MQDS_QUEUE:
+            named.append(u.guid)
     return named
 
 
