@@ -10,6 +10,7 @@ from infra.broker import (DEFAULT_BOOTSTRAP, DEFAULT_HEAP, DEFAULT_HOST, DEFAULT
 
 from .kafka import (CLIENTS, OUTBOUND_TOPIC, REJECTED_TOPIC, TOPICS, KafkaSecurityError, KafkaSettings,
                     KafkaUnavailable, ensure_topics, publisher)
+from .heap import FrozenSurvivors
 from .publish import REJECTED, in_time_order, publish_all, publish_rejected
 
 __all__ = ["add_kafka_arguments", "cmd_broker", "cmd_capture", "cmd_replay", "cmd_respond", "cmd_simulate",
@@ -85,6 +86,11 @@ def _attacks(text: str) -> list[str]:
 
 
 def cmd_simulate(args) -> int:
+    with FrozenSurvivors():             # the directory and the truth only grow: full collections skip them
+        return _simulate(args)
+
+
+def _simulate(args) -> int:
     from .simulator import Faults, Simulator
     faults = Faults(args.reorder, args.reorder_window, args.duplicate, args.drop, args.corrupt, args.unauthenticated,
                     args.nack)
@@ -287,8 +293,9 @@ def cmd_capture(args) -> int:
 def cmd_respond(args) -> int:
     from .responder import run_responder
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    stats = run_responder(settings_from(args), args.truth, outbound_topic=args.outbound_topic,
-                          raw_topic=TOPICS["mqdsrp"], client=args.client, idle_exit=args.idle_exit)
+    with FrozenSurvivors():             # the truth it loads stays to the end: full collections skip it
+        stats = run_responder(settings_from(args), args.truth, outbound_topic=args.outbound_topic,
+                              raw_topic=TOPICS["mqdsrp"], client=args.client, idle_exit=args.idle_exit)
     print(json.dumps(stats))
     return 0
 

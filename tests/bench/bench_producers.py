@@ -17,7 +17,8 @@ way: a simulator whose directory is grown to what a run of that many messages ho
 creation path, the objects' messages discarded: about 15 queues and 2.5 users per 1,000 messages),
 then the CPU time of its next --window messages, every fault on (the soak's settings). Beside it,
 one real run measured window by window up to --real-upto messages: the cost of the last window
-against the first (target: within 15 %).
+against the first (target: within 15 %). --collector cpython measures with CPython's own cyclic
+collector instead of the one the commands run with.
 
 Run: make bench-producers  (or .venv/bin/python tests/bench/bench_producers.py --sizes 100000,1000000)
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from producers.heap import FrozenSurvivors  # noqa: E402
 from producers.enterprise import DeletedObject, DirObject, Partition, MQDS_QUEUE  # noqa: E402
 from producers.responder import Authorities, LivePartitions  # noqa: E402
 from streaming.wire import decode, encode, mqdsrp  # noqa: E402
@@ -202,7 +204,13 @@ def main(argv=None) -> int:
     ap.add_argument("--window", type=int, default=50_000, help="simulated messages measured per size (default 50,000)")
     ap.add_argument("--real-upto", type=int, default=1_000_000,
                     help="the real run measured window by window up to this many messages (default 1,000,000; 0: none)")
+    ap.add_argument("--collector", choices=("frozen", "cpython"), default="frozen",
+                    help="frozen: full collections skip what survived the last one, as `produce simulate` and "
+                         "`produce respond` run (producers.heap); cpython: CPython's own collector")
     args = ap.parse_args(argv)
+    if args.collector == "frozen":
+        FrozenSurvivors().install()
+    print(f"collector: {args.collector}")
     sizes = [int(s) for s in args.sizes.split(",")]
     print("the simulator, messages per CPU second at each truth size (its directory grown to that size):")
     measured = [simulator_rate(n, args.window) for n in sizes]
