@@ -653,6 +653,35 @@ def test_the_same_stream_whole_or_in_random_micro_batches_gives_the_same_queue_m
     assert whole == one_by_one
 
 
+def test_the_next_timer_a_queue_manager_keeps_is_the_one_a_fresh_look_at_its_state_finds():
+    """The earliest unresolved read is kept between notifications, not found again each time: after
+    every step it is the one a new QueueManager over the same state finds."""
+    import random
+    waited = 0
+    for seed in range(20):
+        rng = random.Random(seed)
+        qm, held = QueueManager(QMState(QM)), []
+        for item in random_stream(rng):
+            if item[0] == "dir" and rng.random() < 0.3:
+                held.append(item)               # a replica late to show it: the reads of it wait
+                continue
+            if held and rng.random() < 0.1:
+                qm.directory_object(held[0][1], held[0][2])
+                del held[0]
+            if item[0] == "cn":
+                qm.on_timer(item[-1] - 1, forget=False)
+                qm.receive(item[1])
+            else:
+                qm.directory_object(item[1], item[2])
+            if rng.random() < 0.05:
+                qm.on_timer(item[-1])
+            waited += bool(qm.state.unresolved)
+            fresh = QueueManager(qm.state)
+            assert (qm.unresolved_deadline_ms(), qm.next_timer_ms()) == \
+                (fresh.unresolved_deadline_ms(), fresh.next_timer_ms()), (seed, item)
+    assert waited > 200, waited
+
+
 def test_the_random_streams_exercise_refreshes_reads_and_ignored_events():
     import random
     seen = set()

@@ -70,6 +70,7 @@ V2_QUEUE_READ = ("PROPID_Q_TYPE", "PROPID_Q_INSTANCE", "PROPID_Q_BASEPRIORITY", 
                  "PROPID_Q_CREATE_TIME", "PROPID_Q_MODIFY_TIME", "PROPID_Q_SECURITY", "PROPID_Q_PATHNAME", "PROPID_Q_LABEL", "PROPID_Q_AUTHENTICATE",
                  "PROPID_Q_PRIV_LEVEL", "PROPID_Q_TRANSACTION")
 REFRESH = "refresh"                   # an unresolved read of the refresh (note <3>), not an MQCN Event
+_NOT_KNOWN = object()                 # QueueManager._earliest_read before it is looked for
 
 
 class Mode(StrEnum):
@@ -227,6 +228,7 @@ class QueueManager:
         self.qm_touched = False
         self.arrived = False                              # a notification joined the batching window
         self.current: Notification | None = None          # the notification being processed
+        self._earliest_read: int | None | object = _NOT_KNOWN   # the earliest unresolved read (None: none)
 
     def take_outputs(self) -> QueueManagerOutputs:
         """Everything collected since the last take, handed over and forgotten here."""
@@ -297,7 +299,7 @@ class QueueManager:
         return bool(copies)
 
     def next_timer_ms(self) -> int | None:
-        due = [t for t in (self.state.timer_ms, self._next_unresolved_deadline()) if t is not None]
+        due = [t for t in (self.state.timer_ms, self.unresolved_deadline_ms()) if t is not None]
         return min(due) if due else None
 
     def on_timer(self, now_ms: int, forget: bool = True) -> None:
@@ -307,7 +309,7 @@ class QueueManager:
         with forget=False: forgetting never changes what a read returns, only memory, and it walks the
         whole directory, so the input order calls it once per micro-batch, not before every row)."""
         while True:
-            deadline = self._next_unresolved_deadline()
+            deadline = self.unresolved_deadline_ms()
             batch_due = self.state.timer_ms is not None and self.state.timer_ms <= now_ms
             if deadline is not None and deadline <= now_ms and (not batch_due or deadline < self.state.timer_ms):
                 self._give_up_unresolved(deadline)
@@ -471,7 +473,7 @@ class QueueManager:
         self._record(n, index=i, action=action, guid=guid, outcome=Result.APPLIED, reason=None, batch=batch, now=now)
 
     def _delete(self, n, i, guid, now, batch, action) -> None:
-        for message_id, arrival, event, b, _read in self.state.unresolved.pop(guid, []):
+        for message_id, arrival, event, b, _read in self._stop_awaiting(guid):
             if message_id is None:
                 continue
             # the queue is gone before any replica showed it: nothing left to read
@@ -513,7 +515,7 @@ class QueueManager:
                          reason=f"the directory holds {guid} but not as a {wanted} (3.2.5.2: Read Directory with "
                                 f"iDirectoryObjectType {wanted!r} returns nothing)", batch=batch, now=now)
         elif v is None:
-            self.state.unresolved.setdefault(guid, []).append((n.message_id, n.arrival_ms, n.event, batch, now))
+            self._await(guid, (n.message_id, n.arrival_ms, n.event, batch, now))
             self._record(n, action=action, guid=guid, outcome=Result.UNRESOLVED,
                          reason="no replica holds the object yet: retried when it appears", batch=batch, now=now)
         else:
@@ -541,9 +543,27 @@ class QueueManager:
         return any(v.object_type != wanted for v in self.state.directory.get(guid, []))
 
     # ------------------------------------------------------------ unresolved reads
-    def _next_unresolved_deadline(self) -> int | None:
-        reads = [entry[4] for entries in self.state.unresolved.values() for entry in entries]
-        return min(reads) + UNRESOLVED_WAIT_MS if reads else None
+    # The queue manager asks for the next deadline before every notification it takes: the earliest
+    # read is kept, lowered by each new read and found again only after reads have ended.
+    def unresolved_deadline_ms(self) -> int | None:
+        """When the earliest unresolved read gives up (None: no read waits)."""
+        if self._earliest_read is _NOT_KNOWN:
+            self._earliest_read = min((entry[4] for entries in self.state.unresolved.values() for entry in entries),
+                                      default=None)
+        return None if self._earliest_read is None else self._earliest_read + UNRESOLVED_WAIT_MS
+
+    def _await(self, guid: str, entry: tuple) -> None:
+        """A read that waits for a replica to show the object; entry[4] is when it was made."""
+        self.state.unresolved.setdefault(guid, []).append(entry)
+        if self._earliest_read is not _NOT_KNOWN and (self._earliest_read is None or entry[4] < self._earliest_read):
+            self._earliest_read = entry[4]
+
+    def _stop_awaiting(self, guid: str) -> list:
+        """The reads waiting for the object, no longer waiting."""
+        waiting = self.state.unresolved.pop(guid, [])
+        if waiting:
+            self._earliest_read = _NOT_KNOWN
+        return waiting
 
     def _give_up_unresolved(self, deadline: int) -> None:
         """[INFERENCE] A read whose object no replica showed within UNRESOLVED_WAIT_MS gets its final
@@ -564,6 +584,7 @@ class QueueManager:
                 self.state.unresolved[guid] = remaining
             else:
                 del self.state.unresolved[guid]
+        self._earliest_read = _NOT_KNOWN
 
     # ------------------------------------------------------------ the directory (Read Directory)
     def directory_object(self, guid: str, version: Version) -> None:
@@ -581,7 +602,7 @@ class QueueManager:
     def _resolve(self, guid: str, version: Version) -> None:
         """The reads that waited for this object, in arrival order, each with the first version it
         can see (a micro-batch of the replication operator reports only an object's last version)."""
-        waiting = self.state.unresolved.pop(guid, [])
+        waiting = self._stop_awaiting(guid)
         for message_id, arrival, event, batch, read in waiting:
             wanted = "machine" if event == Event.CHANGE_MACHINE else "queue"
             if event == REFRESH:
@@ -699,7 +720,7 @@ class QueueManager:
                 continue
             later = self._first_after(guid, fired, "queue")
             if later is None:
-                self.state.unresolved.setdefault(guid, []).append((None, fired, REFRESH, batch, fired))
+                self._await(guid, (None, fired, REFRESH, batch, fired))
             elif not later.deleted:
                 self._apply_queue(guid, later, max(later.event_ms, fired), None)
 

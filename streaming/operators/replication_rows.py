@@ -153,7 +153,8 @@ def _published(server_json: str, content: tuple, at_ms: int) -> VersionRecord | 
 
 def _content(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None, str, str, dict]:
     """(owner, FirstArrivals key, the row's JSON members between server and updated_at, the history
-    row's object columns); the owner is None but for a queue or machine that has one. Every replica
+    row's object columns); the owner is None but for a queue or machine that has one, and then the
+    row's members are "" (only owned versions are published). Every replica
     applies the same version, so this replica-independent part is memoised per process by the
     object's content."""
     content = (guid, obj.partition_id, obj.object_type, obj.path_name, obj.seq_number, deleted, obj.properties)
@@ -188,11 +189,11 @@ def _content_part(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None,
         owner = guid or None
     else:
         owner = None
+    if owner is None:                       # not published: no row text to build
+        return None, "", "", fields
     middle = json.dumps({"object_guid": guid, "partition_id": obj.partition_id,
                          "object_type": fields["object_type"], "path_name": obj.path_name,
                          "seq_number": fields["seq_number"], "deleted": deleted, "properties": props}, default=str)
-    if owner is None:
-        return None, "", middle[1:-1], fields
     quota_unknown = obj.object_type == MQDS_MACHINE and obj.properties.get(_QM_QUOTA) is None
     first_key = "" if quota_unknown else hashlib.blake2b(middle.encode(), digest_size=16).hexdigest()
     return owner, first_key, middle[1:-1], fields
