@@ -58,6 +58,9 @@ def test_the_operator_counts_follow_every_row_across_the_seam_and_count_the_stat
         calls = c["calls"]
         assert calls["ValueStateClient.get"] >= 1 and calls["StatefulProcessorApiClient.set_implicit_key"] >= c["keys"]
         assert sum(calls.values()) > 2 * c["keys"]
+        assert c["bytes to the state server"] > 10 * sum(calls.values())
+    # the queue managers hold each row in their state until the watermark passes it
+    assert second["bytes to the state server"] > 100 * second["rows in"], second
 
 
 def test_nothing_is_counted_unless_asked(monkeypatch):

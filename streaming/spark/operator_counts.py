@@ -1,6 +1,6 @@
 """What the job's stateful operators did, counted for the benchmark: every round trip to the JVM's
-state server (by the pyspark function that made it), the keys and timers handled, and the rows
-that came in and went out. Off unless DIRSTREAM_OPERATOR_COUNTS names a folder; each Python worker
+state server (by the pyspark function that made it) and the bytes they sent, the keys and timers
+handled, and the rows that came in and went out. Off unless DIRSTREAM_OPERATOR_COUNTS names a folder; each Python worker
 then appends one JSON line per operator and task to <folder>/<pid>.jsonl when the task ends.
 
 Counting wraps the task's StatefulProcessorApiClient._send_proto_message (every state call, timer
@@ -32,6 +32,7 @@ class OperatorCounts:
 
         def counted(message: bytes) -> None:
             self.calls[sys._getframe(1).f_code.co_qualname] += 1
+            self.figures["bytes to the state server"] += len(message)
             send(message)
         client._send_proto_message = counted
 
