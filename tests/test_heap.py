@@ -3,7 +3,19 @@ and garbage cycles among frozen objects are still found once the heap has grown.
 import gc
 import weakref
 
+import pytest
+
 from producers.heap import FrozenSurvivors
+
+
+@pytest.fixture(autouse=True)
+def only_the_tests_collections():
+    """The collections each test makes, counted one by one: none started by its own allocations."""
+    enabled = gc.isenabled()
+    gc.disable()
+    yield
+    if enabled:
+        gc.enable()
 
 
 class Node:
