@@ -154,9 +154,8 @@ def _published(server_json: str, content: tuple, at_ms: int) -> VersionRecord | 
 def _content(guid: str, obj: DirObject, deleted: bool) -> tuple[str | None, str, str, dict]:
     """(owner, FirstArrivals key, the row's JSON members between server and updated_at, the history
     row's object columns); the owner is None but for a queue or machine that has one, and then the
-    row's members are "" (only owned versions are published). Every replica
-    applies the same version, so this replica-independent part is memoised per process by the
-    object's content."""
+    row's members are "" (only owned versions are published). Every replica applies the same
+    version, so this replica-independent part is memoised per process by the object's content."""
     content = (guid, obj.partition_id, obj.object_type, obj.path_name, obj.seq_number, deleted, obj.properties)
     try:
         key = marshal.dumps(content)

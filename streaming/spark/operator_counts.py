@@ -1,7 +1,8 @@
 """What the job's stateful operators did, counted for the benchmark: every round trip to the JVM's
 state server (by the pyspark function that made it) and the bytes they sent, the keys and timers
-handled, and the rows that came in and went out. Off unless DIRSTREAM_OPERATOR_COUNTS names a folder; each Python worker
-then appends one JSON line per operator and task to <folder>/<pid>.jsonl when the task ends.
+handled, and the rows that came in and went out. Off unless DIRSTREAM_OPERATOR_COUNTS names a
+folder; each Python worker then appends one JSON line per operator and task to <folder>/<pid>.jsonl
+when the task ends.
 
 Counting wraps the task's StatefulProcessorApiClient._send_proto_message (every state call, timer
 call and implicit-key change pyspark makes sends exactly one message and waits for its answer),
