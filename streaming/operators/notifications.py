@@ -561,7 +561,7 @@ class QueueManager:
     def _stop_awaiting(self, guid: str) -> list:
         """The reads waiting for the object, no longer waiting."""
         waiting = self.state.unresolved.pop(guid, [])
-        if waiting:
+        if any(entry[4] == self._earliest_read for entry in waiting):     # the earliest may have gone
             self._earliest_read = _NOT_KNOWN
         return waiting
 
