@@ -90,12 +90,17 @@ def cmd_simulate(args) -> int:
         return _simulate(args)
 
 
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 def _simulate(args) -> int:
     from .simulator import Faults, Simulator
     faults = Faults(args.reorder, args.reorder_window, args.duplicate, args.drop, args.corrupt, args.unauthenticated,
                     args.nack)
     sim = Simulator(args.seed, args.sites, args.bscs, args.qms, args.queues, faults, args.burst_rate,
-                    op_interval_ms=_interval(args.op_interval_ms), attacks=frozenset(args.attack))
+                    op_interval_ms=_interval(args.op_interval_ms), attacks=frozenset(args.attack),
+                    clock=_wall_clock_ms if args.wall_clock else None)
     if args.pcap:
         return _simulate_to_capture(sim, args)
     from .simulator import CAPTURE_ATTACKS
@@ -347,6 +352,8 @@ def register(sub) -> None:
                                  "  dirstream produce simulate --seed 1 --count 20000 --truth var/truth.json\n"
                                  "  dirstream produce simulate --duration 600 --rate 400 --respond --reorder 0.01 "
                                  "--duplicate 0.01 --drop 0.005 --truth var/truth.json\n"
+                                 "  dirstream produce simulate --wall-clock --rate 200 --duration 3600 --respond "
+                                 "--truth var/truth.json\n"
                                  "  dirstream produce simulate --count 5000 --pcap var/sim.pcapng "
                                  "--truth var/sim-truth.json")
     add_kafka_arguments(sim)
@@ -373,6 +380,12 @@ def register(sub) -> None:
     sim.add_argument("--op-interval-ms", default="20-120",
                      help="simulated milliseconds between directory operations, MIN-MAX (default 20-120: a busy "
                           "directory; larger values give smaller change propagations)")
+    sim.add_argument("--wall-clock", action="store_true",
+                     help="run the enterprise in real time: each message is sent and arrives when it is "
+                          "published, and the operations are spaced so that --rate holds (default: simulated "
+                          "time from 2026-01-01, --op-interval-ms between operations, hours of it in seconds); "
+                          "the quiet tail after --count or --duration (21 minutes, so that every window "
+                          "closes) is still simulated and dated ahead")
     faults = sim.add_argument_group("faults (rates between 0 and 1)")
     for name in ("reorder", "duplicate", "drop", "corrupt", "unauthenticated", "nack"):
         faults.add_argument(f"--{name}", type=_rate, default=0.0, help=FAULT_HELP[name])

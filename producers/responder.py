@@ -162,8 +162,8 @@ class Authorities:
         self.servers = truth["servers"]
         partitions = truth["partitions"]
         self.partitions = partitions if isinstance(partitions, LivePartitions) else TruthPartitions(partitions)
-        self.stats = {"sync_requests": 0, "sync_replies": 0, "already_purged": 0, "change_replies": 0,
-                      "ignored": 0}
+        self.stats = {"sync_requests": 0, "sync_replies": 0, "already_purged": 0, "sync0_requests": 0,
+                      "sync0_completed": 0, "change_replies": 0, "ignored": 0}
 
     @classmethod
     def from_file(cls, path: str) -> "Authorities":
@@ -188,6 +188,7 @@ class Authorities:
     # 3.2.7.3 Receive Sync Request
     def _sync(self, req: mqdsrp.SyncRequestMessage, envelope: dict) -> list[Answer]:
         self.stats["sync_requests"] += 1
+        self.stats["sync0_requests"] += 1 if req.is_sync0 else 0
         part = self.partitions.get(req.partition_id)
         if part is None:
             self.stats["ignored"] += 1
@@ -227,6 +228,7 @@ class Authorities:
         complete = 0 if not req.is_sync0 else (1 if more or part_to != last else 2)
         header = mqdsrp.SyncReplyHeader(req.partition_id, req.from_seq_number, part_to, purged, len(changes), complete)
         self.stats["sync_replies"] += 1
+        self.stats["sync0_completed"] += 1 if complete == 2 else 0      # a replica's reset by sync0 done
         return self._send(authority, req.requester_name, mqdsrp.SyncReplyMessage(header, changes), envelope)
 
     # 3.2.7.6 Send Change Reply: the authority applied the change (its result is in the truth).

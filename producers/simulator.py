@@ -115,7 +115,7 @@ class Simulator:
     def __init__(self, seed: int = 1, sites: int = 3, bscs_per_site: int = 1, qms_per_site: int = 3,
                  queues_per_qm: int = 4, faults: Faults | None = None, burst_rate: float = 0.002,
                  v1_share: float = 0.4, op_interval_ms: tuple[int, int] = (20, 120),
-                 attacks: frozenset[str] = frozenset()):
+                 attacks: frozenset[str] = frozenset(), clock=None):
         self.seed = seed
         self.rng = random.Random(seed)
         self.fault_rng = random.Random(seed * 7919 + 1)
@@ -131,7 +131,14 @@ class Simulator:
         self.faults = faults or Faults()
         self.burst_rate = burst_rate
         self.op_interval_ms = op_interval_ms        # simulated time between two directory operations
-        self.now = SIM_EPOCH_MS
+        # clock: the wall clock (ms) for an enterprise in real time: each operation happens when the
+        # consumer asks for more (a producer holding --rate spaces them), each message is dated when it
+        # is handed over (_on_the_clock); the quiet tail still runs on op_interval_ms (it would take 21
+        # minutes otherwise). None: simulated time from SIM_EPOCH_MS, op_interval_ms between operations.
+        self.clock = clock
+        self.now = SIM_EPOCH_MS if clock is None else clock()
+        self.start_ms = self.now
+        self.tail_from_ms: int | None = None        # when the quiet tail started (self.stop())
         self.stopped = False
         self.avail: dict[tuple[str, str], list[mqdsrp.DirectoryChange]] = {}
         self.last_header_ms: dict[tuple[str, str], int] = {}
@@ -172,7 +179,7 @@ class Simulator:
     def messages(self, count: int | None = None) -> Iterator[SimMessage]:
         """count: stop after this many messages of the traffic (attack copies come on top)."""
         produced = 0
-        stream = self._with_attacks(self._faulty(self._raw_messages()))
+        stream = self._with_attacks(self._on_the_clock(self._faulty(self._raw_messages())))
         for msg in stream:
             self.last_arrival_ms = max(self.last_arrival_ms, msg.envelope["arrival_time"])
             if msg.protocol == "mqsd" and not msg.kind.startswith("corrupt:"):
@@ -198,10 +205,11 @@ class Simulator:
         tail_end = None
         while True:
             if tail_end is None and self.stopped:
-                tail_end = self.now + QUIET_TAIL_MS
+                tail_end, self.tail_from_ms = self.now + QUIET_TAIL_MS, self.now
             if tail_end is not None and self.now >= tail_end:
                 break
-            self.now += self.rng.randint(*self.op_interval_ms)
+            step = self.rng.randint(*self.op_interval_ms)
+            self.now = max(self.now, self.clock()) if self.clock is not None and tail_end is None else self.now + step
             if tail_end is None:
                 op = next(bootstrap, None)
                 (op or self._random_op)()
@@ -474,7 +482,7 @@ class Simulator:
 
     def _seq_number_header(self, sender: ent.Server, receiver: ent.Server, intersite: bool) -> mqdsrp.SeqNumberHeader:
         key = (sender.name, receiver.name)
-        if self.now - self.last_header_ms.get(key, SIM_EPOCH_MS) < SEQ_HEADER_MS:
+        if self.now - self.last_header_ms.get(key, self.start_ms) < SEQ_HEADER_MS:
             return mqdsrp.SeqNumberHeader(0)
         self.last_header_ms[key] = self.now
         if intersite:
@@ -654,6 +662,23 @@ class Simulator:
         for out in window:
             last_arrival = self._restamp(out, last_arrival)
             yield out
+
+    def _on_the_clock(self, stream: Iterator[SimMessage]) -> Iterator[SimMessage]:
+        """With a wall clock: each message arrives when it is handed over (its publication), sent as
+        long before as its simulated transit, never before the one ahead of it; the quiet tail's
+        messages keep their simulated times, ahead of the clock."""
+        if self.clock is None:
+            yield from stream
+            return
+        last = 0
+        for msg in stream:
+            env = msg.envelope
+            if self.tail_from_ms is None or env["sent_time"] <= self.tail_from_ms:
+                moved_by = max(self.clock(), last) - env["arrival_time"]
+                env["sent_time"] += moved_by
+                env["arrival_time"] += moved_by
+            last = max(last, env["arrival_time"])
+            yield msg
 
     def _restamp(self, msg: SimMessage, last_arrival: int) -> int:
         # A message overtaken in transport arrives later: arrival times stay in delivery order.

@@ -262,3 +262,28 @@ def test_a_transactional_partition_is_planned_without_waiting(broker):
         assert reader.arrivals.heads({(CN, 0): 23}) == {(CN, 0): T0 + 9_800}
     finally:
         reader.stop()
+
+
+def test_every_task_of_a_micro_batch_carries_its_clock_which_only_moves_forward(broker):
+    """decode=job: the planned input partitions carry the micro-batch's clock, the latest arrival
+    among the last records they read and those of the micro-batches planned before; a later
+    micro-batch that reads only an older partition keeps it (its clock rows are never behind the
+    watermark), and each reading task yields it as its one clock row."""
+    import pyarrow as pa
+    from streaming.spark.decode import job_batches
+    _topics(broker)
+    reader = KafkaStreamReader({**source_options(broker), "decode": "job"})
+    try:
+        start = {t: {"0": 0} for t in ARRIVALS}
+        parts = reader.partitions(start, {DSRP: {"0": 10}, CN: {"0": 4}, SD: {"0": 0}})
+        assert {p.clock_ms for p in parts} == {T0 + 9_000}          # MQDSRP's last record read: the latest
+        parts = reader.partitions({DSRP: {"0": 10}, CN: {"0": 4}, SD: {"0": 0}},
+                                  {DSRP: {"0": 10}, CN: {"0": 6}, SD: {"0": 0}})
+        assert [(p.topic, p.start, p.end, p.clock_ms) for p in parts] == [(CN, 4, 6, T0 + 9_000)]
+        records = [(4, None, b"k", _envelope("mqcn", 2_000)), (5, None, b"k", _envelope("mqcn", 2_500))]
+        rows = pa.Table.from_batches(list(job_batches(CN, 0, records, clock_ms=parts[0].clock_ms))).to_pylist()
+        clocks = [r["clock_time"].timestamp() * 1000 for r in rows if r["clock_time"] is not None]
+        # the bodies are no MQCN (dead letters, in the summary): the clock row still comes
+        assert clocks == [T0 + 9_000] and len(rows) == 2 and sum(r["summary"] is not None for r in rows) == 1
+    finally:
+        reader.stop()

@@ -29,10 +29,12 @@ def test_a_rejected_packet_is_a_dead_letter_with_the_producers_reason_and_goes_t
     garbage = b"\x00\x00\x00\x00\x05\x99"
     batches = list(job_batches(REJECTED_TOPIC, 0, [(11, None, b"psc9", value), (12, None, b"psc9", garbage)]))
     rows = pa.Table.from_batches(batches).to_pylist()
-    keyed = [r for r in rows if r["summary"] is None]
+    keyed = [r for r in rows if r["summary"] is None and r["clock_time"] is None]
     assert [(r["operator_key"], r["offset"], r["protocol"], r["body"]) for r in keyed] == \
         [(FINDING + "psc9", 11, "mqqb", value)]              # the undecodable one is a dead letter only
     assert keyed[0]["arrival_time"].timestamp() * 1000 == T0
+    (clock,) = [r for r in rows if r["clock_time"] is not None]     # the task's latest arrival: the watermark's
+    assert clock["clock_time"].timestamp() * 1000 == T0 and clock["arrival_time"] is None and clock["body"] is None
     (summary,) = [r["summary"] for r in rows if r["summary"] is not None]
     counted = pa.ipc.open_stream(summary).read_all().to_pylist()
     dead = sorted((r for r in counted if r["row_type"] == "dead"), key=lambda r: r["offset"])
@@ -126,7 +128,7 @@ def test_the_jobs_first_operator_keeps_a_senders_findings_in_its_state_across_ba
     rows = pa.Table.from_batches(list(job_batches(REJECTED_TOPIC, 0, [(n, None, b"psc9", v)
                                                                       for n, v in enumerate(values)])))
     frame = rows.to_pandas()
-    frame = frame[frame["summary"].isna()].assign(arrival_ms=lambda f: f["arrival_time"].astype("int64") // 1000)
+    frame = frame[frame["summary"].isna() & frame["clock_time"].isna()].assign(arrival_ms=lambda f: f["arrival_time"].astype("int64") // 1000)
     assert set(frame["operator_key"]) == {FINDING + "psc9"}
     tester = TwsTester(DirectoryProcessor(), timeMode="EventTime", eventTimeExtractor=lambda r: int(r["arrival_ms"]))
     outs = [tester.testInPandas(FINDING + "psc9", part.reset_index(drop=True)) for part in (frame[:2], frame[2:])]

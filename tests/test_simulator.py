@@ -233,3 +233,42 @@ def test_the_simulators_output_for_a_seed_is_pinned():
             digest.update(m.key.encode())
             digest.update(encode_envelope(m.envelope))
         assert digest.hexdigest() == PINNED[name], name
+
+
+class _PublishingClock:
+    """A producer's wall clock at a fixed rate: each message handed over moves it on 1000/rate ms."""
+
+    def __init__(self, start_ms: int = 1_796_000_000_000, rate: float = 2000):
+        self.ms, self.step = float(start_ms), 1000 / rate
+
+    def __call__(self) -> int:
+        return int(self.ms)
+
+    def published(self, messages):
+        for m in messages:
+            self.ms += self.step
+            yield m, int(self.ms - self.step)
+
+
+def test_on_the_wall_clock_each_message_arrives_when_it_is_published():
+    """--wall-clock: a message arrives at the instant it is handed over, event time runs at the
+    producer's pace (a second of traffic at 2,000 msg/s is a second of event time, not minutes), and
+    the quiet tail alone is dated ahead; with every fault type, over several seeds."""
+    faults = Faults(reorder=0.1, duplicate=0.05, drop=0.03, corrupt=0.02, unauthenticated=0.05, nack=0.02)
+    for seed in range(4):
+        clock = _PublishingClock()
+        sim = Simulator(seed=seed, faults=faults, clock=clock, burst_rate=0.01)
+        started = clock()
+        traffic, tail = [], []
+        for m, handed_over in clock.published(sim.messages(6_000)):
+            (tail if sim.stopped and m.envelope["arrival_time"] > handed_over else traffic).append((m, handed_over))
+        arrivals = [m.envelope["arrival_time"] for m, _ in traffic + tail]
+        assert arrivals == sorted(arrivals)
+        assert all(m.envelope["arrival_time"] == at for m, at in traffic)
+        assert all(m.envelope["sent_time"] <= m.envelope["arrival_time"] for m, _ in traffic)
+        assert traffic[0][0].envelope["arrival_time"] - started < 10
+        span_s = (traffic[-1][1] - started) / 1000
+        assert 6_000 / 2000 <= span_s < 6_000 / 2000 * 1.2       # the tail's few messages come after
+        assert tail and tail[-1][0].envelope["arrival_time"] - tail[0][1] >= 20 * 60_000
+        assert sim.truth()["queue_managers"]
+

@@ -134,3 +134,49 @@ def test_a_stop_and_restart_make_no_row_late_that_running_on_accepts(spark, brok
     late_restarted, restarted = _stopped_and_restarted(spark, broker, tmp_path, first, rest)
     assert late_restarted == 0, f"{late_restarted} rows dropped as late after the stop and restart"
     assert differences(ran_on, restarted) == []
+
+
+def _notifications_behind_the_watermark(count: int = 900):
+    """(first, rest): rest holds the MQCN messages after the middle of the traffic, first everything
+    else, the quiet tail included: once the job has read first, its watermark is past every message
+    of rest, by minutes."""
+    messages = list(Simulator(seed=5).messages(count))
+    times = [millis(m.envelope["arrival_time"]) for m in messages]
+    cut = times[len(times) // 2]
+    rest = [m for m, t in zip(messages, times) if m.protocol == "mqcn" and t > cut]
+    first = [m for m, t in zip(messages, times) if m.protocol != "mqcn" or t <= cut]
+    assert len(rest) > 50 and max(millis(m.envelope["arrival_time"]) for m in rest) < times[-1] - 60_000
+    return first, rest
+
+
+def test_records_behind_the_watermark_are_taken_not_dropped(spark, broker, tmp_path):
+    """A partition brings records older than what the job has read, by minutes (a producer that
+    held them, a second run's traffic dated earlier): every one reaches its operator (a
+    notifications row or a dead letter for each MQCN message) and no row is dropped as late."""
+    import sqlite3
+    from conftest import delete_user_topics
+    delete_user_topics(broker)
+    ensure_topics(KafkaSettings(broker), {t: 1 for t in TOPICS.values()})
+    first, rest = _notifications_behind_the_watermark()
+    _publish(broker, first)
+    writes = _Writes(None)
+    db = tmp_path / "behind.db"
+    query = _start(spark, broker, f"sqlite:///{db}", tmp_path / "c_behind", tmp_path / "none", writes)
+    try:
+        _wait(_drained(query, writes, len(first)), "the job to read the first part", query)
+        # the watermark moves past the first part's records in the no-data micro-batch after the one
+        # that read them (200 ms later)
+        _wait(lambda: query.lastProgress and query.lastProgress.get("numInputRows") == 0
+              and int(query.lastProgress.get("eventTime", {}).get("watermark", "1970")[:4]) > 2000,
+              "the watermark to move past the first part", query, timeout=120)
+        _publish(broker, rest)
+        _wait(_drained(query, writes, len(first) + len(rest)), "the job to read the late part", query)
+        time.sleep(1.0)
+    finally:
+        query.stop()
+    assert _late_rows(query) == 0
+    with sqlite3.connect(db) as con:
+        taken = {r[0] for r in con.execute("SELECT message_id FROM notifications UNION "
+                                           "SELECT message_id FROM dead_letters")}
+    missing = [m.envelope["message_id"] for m in rest if m.envelope["message_id"] not in taken]
+    assert missing == [], f"{len(missing)} of {len(rest)} notifications behind the watermark were lost"

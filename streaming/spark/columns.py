@@ -31,13 +31,16 @@ SUMMARY_COLUMNS = (
 )
 
 # decode=job (decode.job_batches): a good record for the operator of operator_key, or (summary set,
-# everything else but topic and partition null) a reading task's SUMMARY_COLUMNS rows as Arrow IPC
+# everything else but topic and partition null) a reading task's SUMMARY_COLUMNS rows as Arrow IPC,
+# or (clock_time set, the rest null but the key, topic and partition) the task's clock row: the
+# latest arrival time among its records. The operators' watermark is on clock_time alone, null on
+# every other row, so Spark drops no record as late (streaming.spark.job_query).
 JOB_COLUMNS = (
     ("operator_key", "string"), ("topic", "string"), ("partition", "int"), ("offset", "bigint"),
     ("protocol", "string"), ("message_id", "string"), ("message_class", "string"),
     ("sender_identifier_type", "string"), ("authentication_level", "string"), ("source_machine", "string"),
     ("destination_machine", "string"), ("destination_queue", "string"), ("arrival_time", "timestamp"),
-    ("body", "binary"), ("capture", "string"), ("summary", "binary"),
+    ("body", "binary"), ("capture", "string"), ("clock_time", "timestamp"), ("summary", "binary"),
 )
 
 

@@ -228,25 +228,33 @@ FINDING = "F|"                                      # a rejected MQQB packet, by
 JOB_CHUNK = 20_000
 
 
-def job_batches(topic: str, partition: int, records, chunk: int = JOB_CHUNK):
+def job_batches(topic: str, partition: int, records, chunk: int = JOB_CHUNK, clock_ms: int | None = None):
     """records: (offset, kafka timestamp in us or None, key, value[, capture position]) of one Kafka
-    partition, in order."""
+    partition, in order. After the records: the task's clock row (clock_ms, the micro-batch's clock,
+    or the latest arrival time among the rows it yields if later) and its summary row."""
     from ..sinks.typed import ipc_bytes
     decoder, summary = Decoder(), TaskSummary(topic, partition)
     pass_on = f"{PASS_ON}{topic}|{partition}"
     rows: list[tuple] = []
+    latest_us = None if clock_ms is None else clock_ms * 1000
     for offset, ts, key, value, *capture in records:
         protocol, env, record, exc = decoder.check(topic, value)
         summary.count(offset, ts, key, value, protocol, env, exc)
         if exc is None or isinstance(exc, RejectedPacket):
             key = FINDING + env["source_machine"] if exc is not None else _operator_key(protocol, record, env, pass_on)
+            arrival_us = env["arrival_time"] * 1000
+            if latest_us is None or arrival_us > latest_us:
+                latest_us = arrival_us
             rows.append((key, topic, partition, offset, protocol,
                          env["message_id"], env["message_class"], env["sender_identifier_type"],
                          env["authentication_level"], env["source_machine"], env["destination_machine"],
-                         env["destination_queue"], env["arrival_time"] * 1000, env["body"], capture[0] if capture else None, None))
+                         env["destination_queue"], arrival_us, env["body"], capture[0] if capture else None, None,
+                         None))
             if len(rows) >= chunk:
                 yield _job_batch(rows)
                 rows = []
+    if latest_us is not None:
+        rows.append((pass_on, topic, partition) + (None,) * (len(JOB_FIELDS) - 5) + (latest_us, None))
     counted = summary.batch()
     if counted is not None:
         rows.append((pass_on, topic, partition) + (None,) * (len(JOB_FIELDS) - 4) + (ipc_bytes(counted),))

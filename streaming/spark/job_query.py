@@ -21,8 +21,12 @@ plan, one foreachBatch writing every table of a micro-batch in one sink transact
            then what the replicas send, to the outbound topic
 
 The versions reach the queue managers inside the plan, in the micro-batch that derived them. The
-event-time clock is the source's watermark (every raw record's arrival time, 10 s behind): the
-replicas fire their timers up to it, then the queue managers apply what it has passed, versions
+event-time clock is the source's watermark, 10 s behind the latest arrival time read: each reading
+task yields one clock row with the latest arrival time among its records (clock_time), and the
+watermark is on that column alone. Spark drops an input row as late when its watermark column is at
+or behind the previous micro-batch's watermark; every record's clock_time is null, so none is ever
+dropped, whatever the pace of event time or a partition that brings records older than what the
+others released (a clock row may be, and carries nothing). The replicas fire their timers up to it, then the queue managers apply what it has passed, versions
 included, in event-time order. The first operator's output carries no event time (event_time is
 null on every row): its rows are never late and never move the clock; the queue managers hold each
 row until the watermark passes its own time (event_ms).
@@ -140,7 +144,7 @@ class DirectoryProcessor(StatefulProcessor):
             summary = frame["summary"].notna()
             counted = frame["summary"][summary].tolist()
             rows = self._sink_rows(origin, [RAW_SUMMARY] * len(counted), counted)
-            records = frame[~summary]
+            records = frame[~summary & frame["clock_time"].isna()]          # a clock row moves the watermark only
             rows += [FirstRow(queue_manager_key(queue, machine), event_ms=int(ms), kind="mqcn", topic=topic,
                                partition=int(partition), offset=int(offset), body=body, message_id=message_id,
                                sender_identifier_type=sender_type, authentication_level=level, source_machine=source,
@@ -202,7 +206,7 @@ def job_stream(spark, opts: dict, settings, pec_name: str | None = None, id_scop
     from .kafka_source import decoded_stream
     first = (decoded_stream(spark, opts, "job")
              .withColumn("arrival_ms", (F.unix_micros("arrival_time") / 1000).cast("long"))
-             .withWatermark("arrival_time", WATERMARK_DELAY)
+             .withWatermark("clock_time", WATERMARK_DELAY)
              .groupBy("operator_key")
              .transformWithStateInPandas(DirectoryProcessor(pec_name, id_scope), FIRST_DDL, "Append", "EventTime",
                                          eventTimeColumnName="event_time"))

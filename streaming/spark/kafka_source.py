@@ -84,9 +84,10 @@ class KafkaInputPartition(InputPartition):
     start: int
     end: int
 
-    def __init__(self, topic: str, partition: int, start: int, end: int):
+    def __init__(self, topic: str, partition: int, start: int, end: int, clock_ms: int | None = None):
         super().__init__(f"{topic}[{partition}]:{start}-{end}")
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
+        self.clock_ms = clock_ms            # decode=job: the micro-batch's clock (KafkaStreamReader._clock_ms)
 
 
 def client_conf(options: dict) -> dict:
@@ -141,6 +142,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.align_by_time = options.get("decode", "false").lower() in ("true", "envelope", "job")
         self.idle_partition_s = _seconds(options, "idlePartitionSeconds")
         self._gate = None
+        self._clock: int | None = None     # decode=job: the latest arrival time planned (_clock_ms)
         self._reset_logged: dict[tuple[str, int], int] = {}
         self.stop_file = options.get("stopfile")
 
@@ -239,7 +241,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = self._check_data_loss(tp, first, stop)
             if stop > first:
                 parts.extend(_split(tp, first, stop, self.max_per_partition))
+        if self.options.get("decode", "").lower() == "job" and parts:
+            clock_ms = self._clock_ms({(p.topic, p.partition): p.end for p in parts})
+            for part in parts:
+                part.clock_ms = clock_ms
         return parts
+
+    def _clock_ms(self, ends: dict) -> int | None:
+        """The micro-batch's clock: the latest arrival time among the last records of the partitions it
+        reads and of every micro-batch before it since the job started. Every reading task yields it as
+        its clock row (decode.job_batches), so the watermark follows the latest arrival read, and a
+        clock row is never behind the watermark of the micro-batch before (it moves only forward)."""
+        heads = [ms for ms in self.arrivals.heads(ends).values() if ms is not None]
+        if heads:
+            self._clock = max(heads) if self._clock is None else max(self._clock, max(heads))
+        return self._clock
 
     def _offsets_went_back(self, tp: tuple[str, int], position: int, end: int) -> None:
         """The partition now ends before the checkpointed position: the topic was deleted and recreated
@@ -298,7 +314,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 batches = [summary] if summary is not None else []
             elif mode == "job":
                 from .decode import job_batches
-                batches = job_batches(partition.topic, partition.partition, records)
+                batches = job_batches(partition.topic, partition.partition, records, clock_ms=partition.clock_ms)
             else:
                 batches = _arrow_batches(records, partition.topic, partition.partition)
             if mode in ("true", "envelope"):

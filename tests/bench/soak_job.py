@@ -3,7 +3,9 @@
 One run, on a fresh embedded Apache Kafka broker, producer, broker and job on the same machine:
 
 1. **Steady** (`--minutes`, 60): `dirstream produce simulate --rate R --respond` publishes the simulator's
-   traffic with every fault type on and plays the object authorities (it answers the job's sync and
+   traffic with every fault type on, its enterprise in real time (`--wall-clock`: event time is the
+   wall clock; `--clock accelerated` runs it on simulated time, hours of it in minutes), and plays the
+   object authorities (it answers the job's sync and
    change requests as the authorities hold their objects then), while the whole job runs (`dirstream
    run`, its one query, 2 s trigger, `--max-records`). The broker is stopped and started again on
    its own log directories once (`--broker-restart-at`). With `--restarts N` the job is stopped and
@@ -24,6 +26,9 @@ One run, on a fresh embedded Apache Kafka broker, producer, broker and job on th
    every MQCN wait (producers/clock.py: duplicates, discarded) and the job reads them too; the responder stops,
    the job reads its last answers and is stopped; then `dirstream verify`, and with `--compare` a
    fresh checkpoint's `--once` over the same Kafka content must give the same tables, row for row.
+
+Printed as figures: the sync requests the authorities answered, how many AlreadyPurged, and the
+sync0 resets completed.
 
 Sampled every `--sample-s` seconds (60) and printed as a table: CPU (share of one core over the
 interval) and resident memory of the broker, the producer and the job's driver, JVM and Python
@@ -46,6 +51,8 @@ and printed, exit 1 if one fails:
   every 3 s the latest record of each raw partition is a marker; committed when the sink shows a
   micro-batch past it, polled every 0.5 s: when a dashboard could first show its rows);
 - no row dropped as late over the whole run (the operators' late_rows, restarts included);
+- every MQCN record the job read is accounted for: a notifications row, a duplicate discarded or a
+  dead letter (the three counts printed);
 - the producer's CPU per 1,000 messages published in the steady phase's last 5 minutes within
   `--producer-cost-growth` (15 %) of minutes 5-10 (its cost does not grow with its ground truth);
 - after the traffic, the job goes quiet (the authorities have answered every replica) within
@@ -349,14 +356,26 @@ def latency_figures(latencies: list[float]) -> dict:
             "p99": round(ordered[max(math.ceil(0.99 * len(ordered)) - 1, 0)], 2), "n": len(ordered)}
 
 
-def progress_rows(url: str, sql: str) -> list[dict]:
-    """Rows of a query over the sink's pipeline_progress table."""
+def progress_rows(url: str, sql: str, table: str = "pipeline_progress") -> list[dict]:
+    """Rows of a query over one of the sink's tables (pipeline_progress by default)."""
     from streaming.apps.sink_reader import SinkReader
     reader = SinkReader(url)
     try:
-        return reader.query("pipeline_progress", sql)
+        return reader.query(table, sql)
     finally:
         reader.conn.close()
+
+
+def mqcn_accounting(url: str) -> dict:
+    """The MQCN records the job read (raw_messages_seen), the messages with a notifications row of
+    their own, the copies discarded as duplicates and the MQCN dead letters."""
+    one = lambda table, sql: int(progress_rows(url, sql, table)[0]["n"] or 0)      # noqa: E731
+    return {"read": one("raw_messages_seen", "SELECT SUM(messages) AS n FROM raw_messages_seen "
+                                             "WHERE protocol = 'mqcn'"),
+            "notified": one("notifications", "SELECT COUNT(DISTINCT message_id) AS n FROM notifications "
+                                             "WHERE outcome <> 'duplicate'"),
+            "duplicates": one("notifications", "SELECT COUNT(*) AS n FROM notifications WHERE outcome = 'duplicate'"),
+            "dead_letters": one("dead_letters", "SELECT COUNT(*) AS n FROM dead_letters WHERE protocol = 'mqcn'")}
 
 
 # ------------------------------------------------------------------------------------ the run
@@ -376,6 +395,7 @@ class Soak:
         self.job = self.producer = self.responder = None
         self.samples: list[dict] = []
         self.events: list[tuple[float, str]] = []
+        self.summary: dict = {}                  # the run's counts (MQCN accounting, the authorities' answers)
         self.processes = ProcessMeter(self.roots)
         self.lag: LagMeter | None = None
         self.latency: LatencyMeter | None = None
@@ -482,7 +502,8 @@ class Soak:
         ensure_topics(KafkaSettings(self.broker.bootstrap), {t: 4 for t in TOPICS.values()})
         self.lag = LagMeter(self.url, self.broker.bootstrap)
         produce_s = (a.minutes + (a.stop_minutes + a.catch_up_minutes if a.stop_minutes > 0 else 0)) * 60
-        print(f"soak: the whole job at {a.rate:,} msg/s (every fault type, the authorities answering): "
+        print(f"soak: the whole job at {a.rate:,} msg/s on the {a.clock} clock (every fault type, the authorities "
+              f"answering): "
               f"{a.minutes:g} min steady, broker restart at minute {a.broker_restart_at:g}, then the job stopped "
               f"for {a.stop_minutes:g} min and {a.catch_up_minutes:g} min to catch up; --max-records "
               f"{a.max_records:,}; a sample every {a.sample_s:g} s; in {self.out}", flush=True)
@@ -491,6 +512,7 @@ class Soak:
         self.producer = subprocess.Popen(
             [DIRSTREAM, "produce", "simulate", "--bootstrap", self.broker.bootstrap, "--seed", str(a.seed),
              "--rate", str(a.rate), "--duration", str(produce_s), "--op-interval-ms", a.op_interval_ms,
+             *(["--wall-clock"] if a.clock == "wall" else []),
              *([] if a.no_respond else ["--respond"]), "--truth", str(self.truth), *FAULTS],
             stdout=open(self.work / "producer.out", "w"), stderr=open(self.work / "producer.log", "w"))
         self.started, self.wall_started, self.last_sample_at = time.monotonic(), time.time(), time.time()
@@ -643,7 +665,7 @@ class Soak:
         self.event(f"producer ended (exit {out}): {(self.work / 'producer.out').read_text().strip()}")
         self.producer = None
         self.responder = subprocess.Popen([DIRSTREAM, "produce", "respond", "--bootstrap", self.broker.bootstrap,
-                                           "--truth", str(self.truth)], stdout=subprocess.DEVNULL,
+                                           "--truth", str(self.truth)], stdout=open(self.work / "respond.out", "w"),
                                           stderr=open(self.work / "respond.log", "w"))
         ended, quiet = self.minute(), self.wait_quiet()
         answered = self.minute() - ended
@@ -776,6 +798,8 @@ class Soak:
         if self.postgres is not None:
             self.judge_sink_outage()
         self.judge_late_rows()
+        self.judge_mqcn_accounted()
+        self.report_syncs()
         self.judge_ceilings()
 
     def judge_late_rows(self) -> None:
@@ -791,6 +815,41 @@ class Soak:
         restarts = len(self.job_starts) - 1
         self.verdicts.append((late == 0, f"rows dropped as late over the whole run ({restarts} stop(s) and restart(s)): "
                                          f"{late:,}" + (f" in {batches} micro-batch(es)" if late else "")))
+
+    def judge_mqcn_accounted(self) -> None:
+        """Every MQCN record the job read became a notifications row, a duplicate discarded (MQQB
+        3.1.5.8.1: a notifications row of outcome duplicate) or a dead letter; the three counts."""
+        try:
+            counts = mqcn_accounting(self.url)
+        except Exception as exc:                    # noqa: BLE001 -- the sink is gone: say so
+            self.verdicts.append((False, f"MQCN records accounted for: not known ({exc})"))
+            return
+        missing = counts["read"] - counts["notified"] - counts["duplicates"] - counts["dead_letters"]
+        self.summary["mqcn_accounting"] = counts
+        self.verdicts.append((missing <= 0, f"MQCN records read {counts['read']:,}: {counts['notified']:,} with a "
+                                            f"notifications row, {counts['duplicates']:,} duplicates discarded, "
+                                            f"{counts['dead_letters']:,} dead letters; not accounted for: "
+                                            f"{max(missing, 0):,}"))
+
+    def report_syncs(self) -> None:
+        """How the authorities answered the replicas' sync requests (the producer's responder during
+        the traffic, then `produce respond`): AlreadyPurged answers and the sync0 resets they started."""
+        total = {}
+        for name in ("producer.out", "respond.out"):
+            path = self.work / name
+            lines = path.read_text().strip().splitlines() if path.exists() else []
+            try:
+                stats = json.loads(lines[-1]) if lines else {}
+            except ValueError:
+                continue
+            for key, n in stats.get("responder", stats).items():
+                if isinstance(n, int):
+                    total[key] = total.get(key, 0) + n
+        self.summary["responder"] = total
+        self.figures.append(f"sync requests answered: {total.get('sync_requests', 0):,}, AlreadyPurged "
+                            f"{total.get('already_purged', 0):,}; sync0 resets completed "
+                            f"{total.get('sync0_completed', 0):,} ({total.get('sync0_requests', 0):,} sync0 parts "
+                            f"asked for)")
 
     def judge_producer_cost(self, steady: list[dict]) -> None:
         """The producer's CPU seconds per 1,000 messages published, minutes 5-10 against the steady
@@ -897,7 +956,7 @@ class Soak:
         result = {"args": vars(self.args), "events": self.events, "samples": self.samples,
                   "latency_per_minute": per_minute,
                   "catch_up": self.catch_up, "verdicts": [{"ok": ok, "text": t} for ok, t in self.verdicts],
-                  "figures": self.figures}
+                  "figures": self.figures, "summary": self.summary}
         (self.out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
         try:
             chart(self.samples, self.events, self.args, self.out / "soak.png")
@@ -1029,7 +1088,12 @@ def parse_args(argv=None):
                                                             "half's peak (default: --memory-growth)")
     p.add_argument("--sample-s", type=float, default=60, help="seconds between samples (default 60)")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--op-interval-ms", default="100-500", help="the simulator's (default 100-500)")
+    p.add_argument("--clock", choices=("wall", "accelerated"), default="wall",
+                   help="the simulator's clock: wall (default: its enterprise in real time, `produce simulate "
+                        "--wall-clock`) or accelerated (simulated time, --op-interval-ms between operations: "
+                        "hours of event time in minutes)")
+    p.add_argument("--op-interval-ms", default="100-500",
+                   help="the simulator's, with --clock accelerated and in its quiet tail (default 100-500)")
     p.add_argument("--quiet-s", type=float, default=60,
                    help="after the traffic: the job is done when its topics have not grown for this long (default 60)")
     p.add_argument("--settle-minutes", type=float, default=20,
