@@ -11,7 +11,7 @@ from infra.broker import (DEFAULT_BOOTSTRAP, DEFAULT_HEAP, DEFAULT_HOST, DEFAULT
 from .kafka import (CLIENTS, OUTBOUND_TOPIC, REJECTED_TOPIC, TOPICS, KafkaSecurityError, KafkaSettings,
                     KafkaUnavailable, ensure_topics, publisher)
 from .heap import FrozenSurvivors
-from .publish import REJECTED, in_time_order, publish_all, publish_rejected
+from .publish import REJECTED, at_recorded_pace, in_time_order, publish_all, publish_rejected
 
 __all__ = ["add_kafka_arguments", "cmd_broker", "cmd_capture", "cmd_replay", "cmd_respond", "cmd_simulate",
            "EXIT_FAILED", "EXIT_USAGE", "FAULT_HELP", "register", "run_guarded", "settings_from", "write_truth"]
@@ -233,7 +233,8 @@ def cmd_replay(args) -> int:
             topics[REJECTED_TOPIC] = args.partitions
         _created_topics(settings, topics)
         pub = publisher(args.client, settings)
-        stats = publish_all(pub, in_time_order(replay.items, replay.rejected), rate=args.rate,
+        items = in_time_order(replay.items, replay.rejected)
+        stats = publish_all(pub, at_recorded_pace(items) if args.wall_clock else items, rate=args.rate,
                             total=len(replay.items) + len(replay.rejected))
         rejected = stats.per_protocol[REJECTED]
         published = stats.total - rejected
@@ -410,6 +411,9 @@ def register(sub) -> None:
                                                  "per file, in name order)")
     replay.add_argument("--protocol", choices=["mqcn", "mqdsrp", "mqsd"], help="for hex lines and raw files")
     replay.add_argument("--rate", type=float, help="messages per second at most")
+    replay.add_argument("--wall-clock", action="store_true",
+                        help="publish at the recording's own pace, re-dated to now (each message's sent and "
+                             "arrival times moved by the same amount): the job sees the traffic as it came")
     replay.add_argument("--partitions", type=int, default=4, help="partitions of topics created here")
     replay.set_defaults(func=cmd_replay)
 

@@ -12,7 +12,7 @@ from streaming.wire.topics import REJECTED_TOPIC
 from streaming.wire.topics import CAPTURE_HEADER, CAPTURE_KEY, capture_header
 from .kafka import PROTOCOL_HEADER, TOPICS, Publisher
 
-__all__ = ["in_time_order", "ProgressBar", "publish_all", "publish_envelope", "publish_rejected", "PublishStats",
+__all__ = ["at_recorded_pace", "in_time_order", "ProgressBar", "publish_all", "publish_envelope", "publish_rejected", "PublishStats",
            "REJECTED"]
 
 
@@ -54,6 +54,25 @@ def in_time_order(items: list, rejected: list[dict]) -> Iterable:
     from streaming.wire.envelope import millis
     tagged = ((REJECTED, r["source_machine"], r) for r in rejected)
     return heapq.merge(items, tagged, key=lambda item: millis(item[2]["arrival_time"]))
+
+
+def at_recorded_pace(items: Iterable, clock=time.time, sleep=time.sleep) -> Iterable:
+    """publish_all items (in time order) re-dated to now and handed over at their recorded pace: the
+    first at once, each later one when as much wall time has passed as its recording says (a
+    message's sent and arrival times, a rejected packet's arrival time, moved by the same amount)."""
+    from streaming.wire.envelope import millis
+    shift = None
+    for protocol, key, fields in items:
+        arrival = millis(fields["arrival_time"])
+        if shift is None:
+            shift = int(clock() * 1000) - arrival
+        due_s = (arrival + shift) / 1000 - clock()
+        if due_s > 0:
+            sleep(due_s)
+        fields = dict(fields, arrival_time=arrival + shift)
+        if "sent_time" in fields:
+            fields["sent_time"] = millis(fields["sent_time"]) + shift
+        yield protocol, key, fields
 
 
 def publish_rejected(pub: Publisher, record: dict) -> None:

@@ -158,9 +158,9 @@ def test_a_notification_that_raises_is_a_dead_letter_and_the_queue_manager_skips
 
 
 def stored_queue_manager(tester: TwsTester, key: str):
-    """The QMState of the processor's value state (stored with the rows still waiting for the clock)."""
-    stored, _waiting = pickle.loads(tester.peekValueState("queue_manager", key)[0])
-    return pickle.loads(stored)
+    """The QMState of the processor's core part (streaming.spark.qm_store: stored with where its other parts are)."""
+    core, _layout = pickle.loads(tester.peekValueState("qm_core", key)[0])
+    return pickle.loads(core)
 
 
 def test_a_replication_timer_that_raises_is_a_dead_letter_and_the_replica_stays_as_it_was(monkeypatch):

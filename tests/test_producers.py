@@ -258,3 +258,24 @@ def test_both_clients_publish_idempotently_and_retry_as_long(broker):
         assert config["delivery_timeout_ms"] == DELIVERY_TIMEOUT_MS
     finally:
         pub.close(10)
+
+
+def test_a_recording_replayed_at_its_pace_is_redated_to_now_and_handed_over_when_due():
+    """produce replay --wall-clock: the first message at once, each later one when as much wall time
+    has passed as the recording says, every time moved by the same amount (a fake clock)."""
+    from producers.publish import at_recorded_pace
+    now = {"s": 2_000_000.0}
+    slept = []
+
+    def sleep(s):
+        slept.append(round(s, 3))
+        now["s"] += s
+    recorded = [("mqcn", "qm1", {"sent_time": 995, "arrival_time": 1_000}),
+                ("mqcn", "qm1", {"sent_time": 1_200, "arrival_time": 1_250}),
+                ("mqqb-rejected", "psc1", {"arrival_time": 1_250}),
+                ("mqdsrp", "psc2", {"sent_time": 3_000, "arrival_time": 4_000})]
+    out = list(at_recorded_pace(recorded, clock=lambda: now["s"], sleep=sleep))
+    start = 2_000_000_000 - 1_000
+    assert [f["arrival_time"] for _p, _k, f in out] == [start + 1_000, start + 1_250, start + 1_250, start + 4_000]
+    assert [f.get("sent_time") for _p, _k, f in out] == [start + 995, start + 1_200, None, start + 3_000]
+    assert slept == [0.25, 2.75] and recorded[0][2]["arrival_time"] == 1_000       # the recording untouched

@@ -80,7 +80,8 @@ def advance(load, ready: list[Row], watermark_ms: int):
     bad_pending: dict[str, tuple] = {}
     while True:
         qm, step = load(), None
-        qm.state.pending = [n for n in qm.state.pending if n.message_id not in bad_pending]
+        if bad_pending:
+            qm.state.pending = [n for n in qm.state.pending if n.message_id not in bad_pending]
         try:
             for i, row in enumerate(ready):
                 if i in bad_rows:

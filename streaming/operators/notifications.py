@@ -40,11 +40,11 @@ from ..wire.mqqb import FormatName, parse_format_name
 from ..wire.properties import MQDS_MACHINE, MQDS_QUEUE, object_type_of
 from ..wire.propids import PROPIDS
 
-__all__ = ["APPEARED", "Batch", "is_notification_queue", "json_value", "MESSAGE_ID_HISTORY_MS", "MINUTE", "Mode",
-           "Notification", "notification_from", "NOTIFY_QUEUE_NUMBER", "Outcome", "QMState", "QUEUE_DEFAULTS",
-           "queue_manager_of", "QueueManager", "QueueManagerOutputs", "QueueRecord", "recency", "REFRESH", "Result",
-           "Settings", "UNRESOLVED_WAIT_MS", "Update", "V1_CREATE", "V1_QM_UPDATE", "V1_QUEUE_UPDATE", "V2_QUEUE_READ",
-           "Version"]
+__all__ = ["APPEARED", "Batch", "is_notification_queue", "json_value", "MESSAGE_ID_HISTORY_MS", "MessageIdHistory",
+           "MINUTE", "Mode", "Notification", "notification_from", "NOTIFY_QUEUE_NUMBER", "Outcome", "QMState",
+           "QUEUE_DEFAULTS", "queue_manager_of", "QueueManager", "QueueManagerOutputs", "QueueRecord", "recency",
+           "REFRESH", "Result", "Settings", "UNRESOLVED_WAIT_MS", "Update", "V1_CREATE", "V1_QM_UPDATE",
+           "V1_QUEUE_UPDATE", "V2_QUEUE_READ", "Version"]
 
 MINUTE = 60_000
 NOTIFY_QUEUE_NUMBER = "3"             # MQCN 1.9: NOTIFY_QUEUE_PRIVATE is private queue 3
@@ -218,10 +218,35 @@ class QueueManagerOutputs(NamedTuple):
     arrived: bool                     # a notification joined the batching window
 
 
+class MessageIdHistory:
+    """[MS-MQQB] 3.1.5.8.1 MessageIDHistoryTable over the state's dict (message id -> (last seen
+    arrival_ms, copies seen), oldest first): entries not seen for MESSAGE_ID_HISTORY_MS are
+    forgotten (3.1.6.7) before each look."""
+
+    def __init__(self, ids: dict[str, tuple[int, int]]):
+        self.ids = ids
+
+    def renew(self, message_id: str, arrival_ms: int) -> int:
+        """The copies of the message seen before this one (0: the first), its entry renewed."""
+        history = self.ids
+        while history:
+            oldest = next(iter(history))
+            if history[oldest][0] >= arrival_ms - MESSAGE_ID_HISTORY_MS:
+                break
+            del history[oldest]
+        seen = history.pop(message_id, None)
+        copies = seen[1] + 1 if seen else 0
+        history[message_id] = (arrival_ms, copies)
+        return copies
+
+
 class QueueManager:
-    def __init__(self, state: QMState, settings: Settings | None = None):
+    def __init__(self, state: QMState, settings: Settings | None = None, history=None):
+        """history: where message ids are looked up and renewed (a MessageIdHistory over
+        state.message_ids by default; the Spark adapter's keeps them in the state store)."""
         self.state = state
         self.settings = settings or Settings()
+        self.history = history if history is not None else MessageIdHistory(state.message_ids)
         self.outcomes: list[Outcome] = []
         self.batches: list[Batch] = []
         self.queues_touched: set[str] = set()
@@ -283,15 +308,7 @@ class QueueManager:
     def _is_copy(self, n: Notification) -> bool:
         """[MS-MQQB] 3.1.5.8.1 duplicate detection: a message id in the history is discarded (and its
         entry's time stamp renewed); entries not seen for MESSAGE_ID_HISTORY_MS are forgotten (3.1.6.7)."""
-        history = self.state.message_ids
-        while history:
-            oldest = next(iter(history))
-            if history[oldest][0] >= n.arrival_ms - MESSAGE_ID_HISTORY_MS:
-                break
-            del history[oldest]
-        seen = history.pop(n.message_id, None)
-        copies = seen[1] + 1 if seen else 0
-        history[n.message_id] = (n.arrival_ms, copies)
+        copies = self.history.renew(n.message_id, n.arrival_ms)
         if copies:
             self._record(n, index=-copies, action=self._action(n), guid=n.object_guid, outcome=Result.DUPLICATE,
                          reason="a copy of a message already received: discarded ([MS-MQQB] 3.1.5.8.1, "

@@ -10,16 +10,14 @@ Each queue manager applies its input in event-time order, whatever the micro-bat
 its state until the watermark passes them, then are applied in order, the timers due before each
 row firing first (a read "as of" a time then sees exactly the versions dated up to it).
 """
-import pickle
-
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from .stateful import dead_letter, replace_timers, timer_dead_letter, typed_frame
-from ..operators.notification_input import (DIRECTORY, DIRECTORY_VERSIONS, ROW_FIELDS, Row, advance, split,
-                                           unpack_versions)
+from ..operators.notification_input import DIRECTORY, DIRECTORY_VERSIONS, ROW_FIELDS, Row, advance, unpack_versions
 from ..operators.notification_rows import step_rows
-from ..operators.notifications import QMState, QueueManager, Settings
+from ..operators.notifications import QueueManager, Settings
+from .qm_store import QueueManagerStore
 
 __all__ = ["input_rows", "NotificationProcessor", "STAGE"]
 
@@ -32,45 +30,39 @@ class NotificationProcessor(StatefulProcessor):
 
     def init(self, handle) -> None:
         self.handle = handle
+        # a queue manager's state whole, as earlier versions stored it (read once: streaming.spark.qm_store);
+        # the server registry's key keeps its own state in it
         self.state = handle.getValueState("queue_manager", StructType([StructField("state", BinaryType())]))
-
-    def _stored(self, key: str) -> tuple[bytes | None, list[Row]]:
-        """The queue manager's stored state (pickled) and the rows still waiting for the watermark."""
-        stored = self.state.get()  # get() is None when unset: one round trip to the JVM, not exists() then get()
-        if stored is None:
-            return None, []
-        st, held = pickle.loads(bytes(stored[0]))
-        return st, [Row(*r) for r in held]
-
-    def _machine(self, key: str, st: bytes | None) -> QueueManager:
-        return QueueManager(pickle.loads(st) if st is not None else QMState(key), self.settings)
+        self.store = QueueManagerStore(handle, self.state)
 
     def handleInputRows(self, key, rows, timerValues):
         self.fired_ms = None
-        st, held = self._stored(key[0])
-        held += input_rows(rows)
-        yield from self._advance(key[0], st, held, timerValues.getCurrentWatermarkInMs())
+        watermark = timerValues.getCurrentWatermarkInMs()
+        loaded, ready = self.store.load(key[0], watermark, input_rows(rows))
+        yield from self._advance(key[0], loaded, ready, watermark)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         self.fired_ms = expiredTimerInfo.getExpiryTimeInMs()          # Spark removes it itself
-        st, held = self._stored(key[0])
+        watermark = timerValues.getCurrentWatermarkInMs()
         try:
-            yield from self._advance(key[0], st, held, timerValues.getCurrentWatermarkInMs())
+            loaded, ready = self.store.load(key[0], watermark, [])
+            yield from self._advance(key[0], loaded, ready, watermark)
         except Exception as exc:          # noqa: BLE001 -- a timer no message is to blame for: nothing is saved
             replace_timers(self.handle, None, self.fired_ms)
             row = timer_dead_letter(STAGE, "mqcn", key[0], expiredTimerInfo.getExpiryTimeInMs(), exc)
             yield typed_frame([row])
 
-    def _advance(self, key: str, st: bytes | None, held: list[Row], watermark_ms: int):
-        ready, waiting = split(held, watermark_ms)
-        qm, bad_rows, bad_pending = advance(lambda: self._machine(key, st), ready, watermark_ms)
+    def _advance(self, key: str, loaded, ready: list[Row], watermark_ms: int):
+        def load() -> QueueManager:                  # again after a poison message: as stored
+            st, history = loaded.queue_manager_parts(key)
+            return QueueManager(st, self.settings, history)
+        qm, bad_rows, bad_pending = advance(load, ready, watermark_ms)
         qm.forget_versions(watermark_ms)
         dead = [dead_letter(STAGE, "mqcn" if row.kind != DIRECTORY else DIRECTORY, row, exc) for row, exc in bad_rows]
         dead += [dead_letter(STAGE, "mqcn", _Origin(n), exc) for n, exc in bad_pending]
         rows = step_rows(qm) + dead
-        stored = pickle.dumps(qm.state, protocol=5)
-        self.state.update((pickle.dumps((stored, [tuple(r) for r in waiting]), protocol=5),))
-        due = [t for t in [qm.next_timer_ms()] + [r.event_ms for r in waiting] if t is not None]
+        waiting_ms = self.store.save(loaded, qm.state, watermark_ms)
+        due = [t for t in (qm.next_timer_ms(), waiting_ms) if t is not None]
         replace_timers(self.handle, min(due) if due else None, self.fired_ms)
         if rows:                            # typed chunks: a few binary rows to the driver, not one per row
             yield typed_frame(rows)

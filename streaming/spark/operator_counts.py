@@ -2,7 +2,7 @@
 state server (by the pyspark function that made it) and the bytes they sent, the keys and timers
 handled, and the rows that came in and went out. Off unless DIRSTREAM_OPERATOR_COUNTS names a
 folder; each Python worker then appends one JSON line per operator and task to <folder>/<pid>.jsonl
-when the task ends.
+when the task ends (with the time it ended, `at`).
 
 Counting wraps the task's StatefulProcessorApiClient._send_proto_message (every state call, timer
 call and implicit-key change pyspark makes sends exactly one message and waits for its answer),
@@ -10,6 +10,7 @@ so it counts Spark's own calls (setting the key, listing expired timers) beside 
 import json
 import os
 import sys
+import time
 from collections import Counter
 
 __all__ = ["counting_folder", "COUNTS_ENV", "OperatorCounts", "read_counts", "start_counting"]
@@ -64,7 +65,8 @@ class OperatorCounts:
             yield frame
 
     def flush(self) -> None:
-        line = {"operator": self.operator, "pid": os.getpid(), "calls": dict(self.calls), **self.figures}
+        line = {"operator": self.operator, "pid": os.getpid(), "at": time.time(), "calls": dict(self.calls),
+                **self.figures}
         with open(os.path.join(self.folder, f"{os.getpid()}.jsonl"), "a") as fh:
             fh.write(json.dumps(line) + "\n")
         self.calls.clear()
@@ -91,6 +93,7 @@ def read_counts(folder: str) -> dict[str, dict]:
                 line = json.loads(text)
                 mine = out.setdefault(line.pop("operator"), {"calls": Counter(), "tasks": 0})
                 line.pop("pid")
+                line.pop("at", None)
                 mine["calls"].update(line.pop("calls"))
                 mine["tasks"] += 1
                 for figure, n in line.items():

@@ -248,7 +248,9 @@ def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
         calls = c["calls"]
         print(f"{label}, {operator}, per 100,000 messages: {sum(calls.values()) * per:,.0f} state-server round "
               f"trips (" + ", ".join(f"{k} {n * per:,.0f}" for k, n in calls.most_common())
-              + f"; {c.get('bytes to the state server', 0) * per / 2**20:,.1f} MiB sent); "
+              + f"; {c.get('bytes to the state server', 0) * per / 2**20:,.1f} MiB sent, "
+              f"{c.get('bytes to the state server', 0) / max(c.get('keys', 0) + c.get('timers fired', 0), 1):,.0f} "
+              "bytes per call of a key or timer); "
               + ", ".join(f"{figure} {c.get(figure, 0) * per:,.0f}" for figure in
                           ("keys", "timers fired", "rows in", "rows out", "frames out")) + f"; {c['tasks']} tasks")
 

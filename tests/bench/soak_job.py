@@ -32,7 +32,8 @@ sync0 resets completed.
 
 Sampled every `--sample-s` seconds (60) and printed as a table: CPU (share of one core over the
 interval) and resident memory of the broker, the producer and the job's driver, JVM and Python
-workers; per query the records read, the records not read yet and that lag in seconds of its topics'
+workers, and the MB its operators sent to the state server (their state calls, counted in the
+Python workers: streaming/spark/operator_counts.py); per query the records read, the records not read yet and that lag in seconds of its topics'
 traffic; the median and 99th percentile of the end-to-end latency of the markers committed since the
 sample before (per minute with the default --sample-s; soak.json also has them per minute of
 publication). The samples go to `soak.json` and a chart to `soak.png` in `--out`. The criteria, checked
@@ -55,6 +56,9 @@ and printed, exit 1 if one fails:
   dead letter (the three counts printed);
 - the producer's CPU per 1,000 messages published in the steady phase's last 5 minutes within
   `--producer-cost-growth` (15 %) of minutes 5-10 (its cost does not grow with its ground truth);
+- with a steady phase of 20 minutes or more, the bytes the operators send to the state server per
+  minute, and the job's CPU per 1,000 records read, in the steady phase's last 5 minutes within 15 %
+  of minutes 4-8 (what the operators hold does not make each micro-batch cost more);
 - after the traffic, the job goes quiet (the authorities have answered every replica) within
   `--quiet-within-minutes` (10) of answers;
 - after the run, `verify` is clean (and the tables equal a fresh run's with `--compare`);
@@ -91,6 +95,7 @@ from infra.broker import EmbeddedBroker, free_port  # noqa: E402
 from job_runs import FAULTS, differences, dump, kill_tree  # noqa: E402
 from producers.clock import move_event_time  # noqa: E402
 from producers.kafka import KafkaSettings, ensure_topics  # noqa: E402
+from streaming.spark.operator_counts import COUNTS_ENV  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -98,6 +103,7 @@ DIRSTREAM = str(Path(sys.executable).parent / "dirstream")
 QUERIES = ("dirstream",)                         # the job's one query (its operators' rows are not a query)
 SHORT = {"dirstream": "job"}
 PROCESSES = ("broker", "producer", "driver", "jvm", "python workers")
+JOB_PROCESSES = ("driver", "jvm", "python workers")
 # The producer is measured, not judged: it holds the run's ground truth (every message id it dropped,
 # duplicated or corrupted, each discovery request's result, every queue a notification named), which
 # grows with the run by design.
@@ -356,6 +362,17 @@ def latency_figures(latencies: list[float]) -> dict:
             "p99": round(ordered[max(math.ceil(0.99 * len(ordered)) - 1, 0)], 2), "n": len(ordered)}
 
 
+def cpu_s_per_1000(samples: list[dict], window: list[dict], sample_s: float) -> float:
+    """The job's processes' CPU seconds per 1,000 records it read over consecutive samples."""
+    if not window:
+        return 0.0
+    before = samples.index(window[0]) - 1
+    read = lambda sample: sample["queries"].get("dirstream", {}).get("read", 0)     # noqa: E731
+    records = read(window[-1]) - (read(samples[before]) if before >= 0 else 0)
+    cpu = sum(s["cpu"].get(kind, 0) for s in window for kind in JOB_PROCESSES) * sample_s / 100
+    return cpu / max(records, 1) * 1000
+
+
 def progress_rows(url: str, sql: str, table: str = "pipeline_progress") -> list[dict]:
     """Rows of a query over one of the sink's tables (pipeline_progress by default)."""
     from streaming.apps.sink_reader import SinkReader
@@ -396,6 +413,8 @@ class Soak:
         self.samples: list[dict] = []
         self.events: list[tuple[float, str]] = []
         self.summary: dict = {}                  # the run's counts (MQCN accounting, the authorities' answers)
+        self.counts = self.work / "operator-counts"    # the operators' state calls (streaming.spark.operator_counts)
+        self.counts_read = {"since": time.time(), "lines": {}}
         self.processes = ProcessMeter(self.roots)
         self.lag: LagMeter | None = None
         self.latency: LatencyMeter | None = None
@@ -422,7 +441,8 @@ class Soak:
                                  "--checkpoint", str(self.work / "ckpt"), "--pec-name", "pec0", "--trigger", "2s",
                                  "--max-records", str(self.args.max_records), "--log-format", "plain",
                                  "--metrics-port", str(self.args.metrics_port), *extra],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, COUNTS_ENV: str(self.counts)})
 
     def timing(self, ok: bool, text: str) -> None:
         """A criterion on how fast the job is: judged by `make soak`, a figure with --timings-as-figures."""
@@ -454,7 +474,20 @@ class Soak:
                 "cpu": {k: round(v["cpu"], 1) for k, v in procs.items()},
                 "memory": {k: round(v["memory"]) for k, v in procs.items()},
                 "peak": {k: round(v["peak"]) for k, v in procs.items()}, "queries": self.lag.read(),
-                "latency": self.latency_since_last_sample()}
+                "latency": self.latency_since_last_sample(), "state_mb": self.state_bytes_since_last_sample()}
+
+    def state_bytes_since_last_sample(self) -> dict:
+        """MB each operator sent to the state server in the tasks that ended since the last sample."""
+        since, now = self.counts_read["since"], time.time()
+        self.counts_read["since"] = now
+        sent: dict[str, float] = {}
+        for path in self.counts.glob("*.jsonl") if self.counts.is_dir() else ():
+            for text in path.read_text().splitlines():
+                line = json.loads(text)
+                if since < line.get("at", 0) <= now:
+                    sent[line["operator"]] = sent.get(line["operator"], 0) + line.get("bytes to the state server",
+                                                                                      0) / 2**20
+        return {operator: round(mb, 1) for operator, mb in sorted(sent.items())}
 
     def latency_since_last_sample(self) -> dict:
         since, self.last_sample_at = self.last_sample_at, time.time()
@@ -774,6 +807,7 @@ class Soak:
                             f"sample(s) without Kafka's offsets)")
         self.judge_latency(steady)
         self.judge_producer_cost(steady)
+        self.judge_flat_cost(steady)
         if steady:
             middle, end = a.minutes / 2, steady[-1]["minute"]
             for kind in PROCESSES:
@@ -815,6 +849,29 @@ class Soak:
         restarts = len(self.job_starts) - 1
         self.verdicts.append((late == 0, f"rows dropped as late over the whole run ({restarts} stop(s) and restart(s)): "
                                          f"{late:,}" + (f" in {batches} micro-batch(es)" if late else "")))
+
+    def judge_flat_cost(self, steady: list[dict]) -> None:
+        """What a minute of steady traffic costs does not grow with the windows the operators hold:
+        the bytes sent to the state server per minute and the job's CPU per 1,000 records read, the
+        steady phase's last 5 minutes against minutes 4-8 (from minute 20 on)."""
+        a = self.args
+        if not steady or steady[-1]["minute"] < 19.5:
+            return
+        end = steady[-1]["minute"]
+
+        def window(lo: float, hi: float) -> list[dict]:
+            return [s for s in steady if lo < s["minute"] <= hi]
+        early, late = window(4, 8), window(end - 4, end)
+        mb = [sum(sum(s["state_mb"].values()) for s in ss) / max(len(ss), 1) for ss in (early, late)]
+        growth = (mb[1] - mb[0]) / mb[0] if mb[0] else 0.0
+        self.summary["state_mb_per_minute"] = {"minutes 4-8": round(mb[0], 1), "last 5": round(mb[1], 1)}
+        self.timing(abs(growth) <= 0.15, f"state server: {mb[0]:,.0f} MB sent per minute in minutes 4-8, "
+                                         f"{mb[1]:,.0f} in the last 5 ({growth:+.0%}; limit 15 %)")
+        per = [cpu_s_per_1000(steady, ss, a.sample_s) for ss in (early, late)]
+        growth = (per[1] - per[0]) / per[0] if per[0] else 0.0
+        self.summary["job_cpu_s_per_1000"] = {"minutes 4-8": round(per[0], 3), "last 5": round(per[1], 3)}
+        self.timing(abs(growth) <= 0.15, f"the job's CPU per 1,000 records read: {per[0]:.2f} s in minutes 4-8, "
+                                         f"{per[1]:.2f} s in the last 5 ({growth:+.0%}; limit 15 %)")
 
     def judge_mqcn_accounted(self) -> None:
         """Every MQCN record the job read became a notifications row, a duplicate discarded (MQQB
@@ -1002,7 +1059,7 @@ def header() -> str:
     q = " ".join(f"{SHORT[q][:5]:>16}" for q in QUERIES)
     cpu = " ".join(f"{k[:6]:>6}" for k in PROCESSES)
     return (f"{'min':>6} {'phase':8} {'published':>10} {q} {'latency s':>12}   CPU % of a core: {cpu}   "
-            f"PSS MB: {cpu}\n{'':>6} {'':8} {'':>10} {'(read / lag s)':>16} {'(p50 / p99)':>12}")
+            f"PSS MB: {cpu}   state MB\n{'':>6} {'':8} {'':>10} {'(read / lag s)':>16} {'(p50 / p99)':>12}")
 
 
 def row(s: dict) -> str:
@@ -1014,7 +1071,7 @@ def row(s: dict) -> str:
     latency = s.get("latency") or {}
     late = f"{fmt_s(latency.get('p50')).replace(' s', '')}/{fmt_s(latency.get('p99')).replace(' s', '')}"
     return (f"{s['minute']:>6.1f} {s['phase']:8} {s['published']:>10,} {' '.join(query(q) for q in QUERIES)} "
-            f"{late:>12}   {'':17}{cpu}   {'':7} {memory}")
+            f"{late:>12}   {'':17}{cpu}   {'':7} {memory}   {sum((s.get('state_mb') or {}).values()):>8,.0f}")
 
 
 def chart(samples: list[dict], events: list, args, path: Path) -> None:
