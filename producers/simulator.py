@@ -317,8 +317,13 @@ class Simulator:
             self._create_queue(qm, f"{qm.name}\\burst")
         queues = self.ent.queues_by_qm[qm.machine_id]     # picked from in place: no copy of thousands
         for _ in range(self.rng.randint(100, 130)):
-            self.now += self.rng.randint(5, 40)
+            self._tick(self.rng.randint(5, 40))
             self._update(queues.choice(self.rng))         # the same draw as rng.choice over its list
+
+    def _tick(self, ms: int) -> None:
+        """Time passing within an operation: simulated, or with a wall clock the clock's (a burst
+        that moved it on by its own steps would carry the enterprise's time ahead of the clock)."""
+        self.now = self.now + ms if self.clock is None else max(self.now, self.clock())
 
     def _initial_properties(self, object_type: int, guid: str, name: str, site_id: str | None, extra) -> dict:
         rng, e = self.rng, self.ent

@@ -67,6 +67,7 @@ class OperatorCounts:
     def flush(self) -> None:
         line = {"operator": self.operator, "pid": os.getpid(), "at": time.time(), "calls": dict(self.calls),
                 **self.figures}
+        os.makedirs(self.folder, exist_ok=True)
         with open(os.path.join(self.folder, f"{os.getpid()}.jsonl"), "a") as fh:
             fh.write(json.dumps(line) + "\n")
         self.calls.clear()

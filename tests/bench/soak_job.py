@@ -413,8 +413,9 @@ class Soak:
         self.samples: list[dict] = []
         self.events: list[tuple[float, str]] = []
         self.summary: dict = {}                  # the run's counts (MQCN accounting, the authorities' answers)
-        self.counts = self.work / "operator-counts"    # the operators' state calls (streaming.spark.operator_counts)
-        self.counts_read = {"since": time.time(), "lines": {}}
+        self.counts = (self.work / "operator-counts").resolve()   # the operators' state calls (operator_counts.py)
+        self.counts.mkdir()
+        self.counts_read = {"since": time.time()}
         self.processes = ProcessMeter(self.roots)
         self.lag: LagMeter | None = None
         self.latency: LatencyMeter | None = None
