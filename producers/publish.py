@@ -12,8 +12,8 @@ from streaming.wire.topics import REJECTED_TOPIC
 from streaming.wire.topics import CAPTURE_HEADER, CAPTURE_KEY, capture_header
 from .kafka import PROTOCOL_HEADER, TOPICS, Publisher
 
-__all__ = ["at_recorded_pace", "in_time_order", "ProgressBar", "publish_all", "publish_envelope", "publish_rejected", "PublishStats",
-           "REJECTED"]
+__all__ = ["at_recorded_pace", "in_time_order", "ProgressBar", "publish_all", "publish_envelope", "publish_rejected",
+           "PublishStats", "REJECTED"]
 
 
 @dataclass

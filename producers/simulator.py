@@ -208,8 +208,7 @@ class Simulator:
                 tail_end, self.tail_from_ms = self.now + QUIET_TAIL_MS, self.now
             if tail_end is not None and self.now >= tail_end:
                 break
-            step = self.rng.randint(*self.op_interval_ms)
-            self.now = max(self.now, self.clock()) if self.clock is not None and tail_end is None else self.now + step
+            self._tick(self.rng.randint(*self.op_interval_ms))
             if tail_end is None:
                 op = next(bootstrap, None)
                 (op or self._random_op)()
@@ -321,9 +320,13 @@ class Simulator:
             self._update(queues.choice(self.rng))         # the same draw as rng.choice over its list
 
     def _tick(self, ms: int) -> None:
-        """Time passing within an operation: simulated, or with a wall clock the clock's (a burst
-        that moved it on by its own steps would carry the enterprise's time ahead of the clock)."""
-        self.now = self.now + ms if self.clock is None else max(self.now, self.clock())
+        """Time passing: simulated, or with a wall clock the clock's until the quiet tail (an
+        operation or a burst that moved it on by its own steps would carry the enterprise's time
+        ahead of the clock)."""
+        if self.clock is None or self.tail_from_ms is not None:
+            self.now += ms
+        else:
+            self.now = max(self.now, self.clock())
 
     def _initial_properties(self, object_type: int, guid: str, name: str, site_id: str | None, extra) -> dict:
         rng, e = self.rng, self.ent

@@ -128,7 +128,8 @@ def test_the_jobs_first_operator_keeps_a_senders_findings_in_its_state_across_ba
     rows = pa.Table.from_batches(list(job_batches(REJECTED_TOPIC, 0, [(n, None, b"psc9", v)
                                                                       for n, v in enumerate(values)])))
     frame = rows.to_pandas()
-    frame = frame[frame["summary"].isna() & frame["clock_time"].isna()].assign(arrival_ms=lambda f: f["arrival_time"].astype("int64") // 1000)
+    frame = frame[frame["summary"].isna() & frame["clock_time"].isna()]
+    frame = frame.assign(arrival_ms=lambda f: f["arrival_time"].astype("int64") // 1000)
     assert set(frame["operator_key"]) == {FINDING + "psc9"}
     tester = TwsTester(DirectoryProcessor(), timeMode="EventTime", eventTimeExtractor=lambda r: int(r["arrival_ms"]))
     outs = [tester.testInPandas(FINDING + "psc9", part.reset_index(drop=True)) for part in (frame[:2], frame[2:])]

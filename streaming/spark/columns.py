@@ -33,8 +33,9 @@ SUMMARY_COLUMNS = (
 # decode=job (decode.job_batches): a good record for the operator of operator_key, or (summary set,
 # everything else but topic and partition null) a reading task's SUMMARY_COLUMNS rows as Arrow IPC,
 # or (clock_time set, the rest null but the key, topic and partition) the task's clock row: the
-# latest arrival time among its records. The operators' watermark is on clock_time alone, null on
-# every other row, so Spark drops no record as late (streaming.spark.job_query).
+# micro-batch's clock (the latest arrival time planned), or its own records' latest if later.
+# The operators' watermark is on clock_time alone, null on every other row, so Spark drops no
+# record as late (streaming.spark.job_query).
 JOB_COLUMNS = (
     ("operator_key", "string"), ("topic", "string"), ("partition", "int"), ("offset", "bigint"),
     ("protocol", "string"), ("message_id", "string"), ("message_class", "string"),

@@ -22,14 +22,15 @@ plan, one foreachBatch writing every table of a micro-batch in one sink transact
 
 The versions reach the queue managers inside the plan, in the micro-batch that derived them. The
 event-time clock is the source's watermark, 10 s behind the latest arrival time read: each reading
-task yields one clock row with the latest arrival time among its records (clock_time), and the
-watermark is on that column alone. Spark drops an input row as late when its watermark column is at
+task yields one clock row with the micro-batch's clock (clock_time: the latest arrival time planned,
+streaming.spark.kafka_source), and the watermark is on that column alone. Spark drops an input row as late when its watermark column is at
 or behind the previous micro-batch's watermark; every record's clock_time is null, so none is ever
 dropped, whatever the pace of event time or a partition that brings records older than what the
-others released (a clock row may be, and carries nothing). The replicas fire their timers up to it, then the queue managers apply what it has passed, versions
-included, in event-time order. The first operator's output carries no event time (event_time is
-null on every row): its rows are never late and never move the clock; the queue managers hold each
-row until the watermark passes its own time (event_ms).
+others released (a clock row may be, and carries nothing). The replicas fire their timers up to
+it, then the queue managers apply what it has passed, versions included, in event-time order.
+The first operator's output carries no event time (event_time is null on every row): its rows are
+never late and never move the clock; the queue managers hold each row until the watermark passes
+its own time (event_ms).
 
 Every sink row carries its origin (the key whose step wrote it) and a sequence number, and the
 writer puts a key's rows back in the order it wrote them, whatever the shuffles in between.

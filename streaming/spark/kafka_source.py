@@ -252,9 +252,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reads and of every micro-batch before it since the job started. Every reading task yields it as
         its clock row (decode.job_batches), so the watermark follows the latest arrival read, and a
         clock row is never behind the watermark of the micro-batch before (it moves only forward)."""
-        heads = [ms for ms in self.arrivals.heads(ends).values() if ms is not None]
-        if heads:
-            self._clock = max(heads) if self._clock is None else max(self._clock, max(heads))
+        latest = max((ms for ms in self.arrivals.heads(ends).values() if ms is not None), default=None)
+        if latest is not None:
+            self._clock = latest if self._clock is None else max(self._clock, latest)
         return self._clock
 
     def _offsets_went_back(self, tp: tuple[str, int], position: int, end: int) -> None:

@@ -5,11 +5,11 @@ waiting for the watermark. On the wall clock those windows hold minutes of traff
 every micro-batch sent all of it again.
 
     qm_core    ValueState: the queue manager's state but those three, and where their parts are
-               (written only when its bytes change)
-    qm_parts   MapState part number -> a pickled list, one of:
-               - pending notifications: a part per micro-batch that added some, read only when
+               (small: written on every call)
+    qm_parts   MapState part number -> bytes, one of:
+               - pending notifications (pickled): a part per micro-batch that added some, read only when
                  something iterates them (the batching timer fires) and dropped with them;
-               - rows waiting for the watermark: a part per micro-batch with its earliest event
+               - rows waiting for the watermark (pickled): a part per micro-batch with its earliest event
                  time, read only once the watermark has passed one of its rows;
                - message ids seen in one minute of event time (a part per micro-batch and minute,
                  merged into one once the watermark has passed the minute): each id as a 64-bit

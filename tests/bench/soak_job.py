@@ -33,7 +33,8 @@ sync0 resets completed.
 Sampled every `--sample-s` seconds (60) and printed as a table: CPU (share of one core over the
 interval) and resident memory of the broker, the producer and the job's driver, JVM and Python
 workers, and the MB its operators sent to the state server (their state calls, counted in the
-Python workers: streaming/spark/operator_counts.py); per query the records read, the records not read yet and that lag in seconds of its topics'
+Python workers: streaming/spark/operator_counts.py); per query the records read, the records not read
+yet and that lag in seconds of its topics'
 traffic; the median and 99th percentile of the end-to-end latency of the markers committed since the
 sample before (per minute with the default --sample-s; soak.json also has them per minute of
 publication). The samples go to `soak.json` and a chart to `soak.png` in `--out`. The criteria, checked
@@ -888,7 +889,7 @@ class Soak:
         # the last copy move_clock published is the latest record: the watermark, 10 s behind, never
         # passes it, so it waits in its queue manager's state
         counts["waiting"] = 1 if self.clock_copies else 0
-        missing = counts["read"] - counts["notified"] - counts["duplicates"] - counts["dead_letters"] - counts["waiting"]
+        missing = counts["read"] - sum(counts[k] for k in ("notified", "duplicates", "dead_letters", "waiting"))
         self.summary["mqcn_accounting"] = counts
         self.verdicts.append((missing == 0, f"MQCN records read {counts['read']:,}: {counts['notified']:,} with a "
                                             f"notifications row, {counts['duplicates']:,} duplicates discarded, "
