@@ -17,7 +17,7 @@ from streaming.wire.propids import PROPIDS, propid
 from streaming.wire.propvariant import (VT_BLOB, VT_CLSID, VT_CLSID_VECTOR, VT_LPWSTR, VT_LPWSTR_VECTOR,
                                         VT_UI4_VECTOR)
 from streaming.wire.guid import GUID_NULL
-from streaming.wire.topics import TOPICS
+from streaming.wire.topics import RECORD_BODY_BYTES, TOPICS
 from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex
 
 from .truth import properties_from_json
@@ -31,9 +31,8 @@ __all__ = ["Answer", "ANSWERED_IDS", "answering_between", "arrives_at", "Authori
 log = logging.getLogger("dirstream.responder")
 ANSWERED_IDS = 100_000          # a replayed micro-batch republishes ids it sent moments before
 CLOSE_TIMEOUT_S = 30.0          # the longest a responder waits for its consumer to close
-# A sync0 part's body at most (the spec sets no limit: 3.2.7.3 builds one reply). Kafka's clients refuse
-# a record over 1,000,000 bytes by default; the envelope around the body adds a few hundred.
-SYNC_REPLY_BYTES = 900_000
+# A sync0 part's body at most (the spec sets no limit: 3.2.7.3 builds one reply).
+SYNC_REPLY_BYTES = RECORD_BODY_BYTES
 MQ_OK = 0
 
 # 3.2.7.8 refTable, DirectoryChangePropID column (digest §10.8): what a sync change carries, in order.

@@ -28,6 +28,7 @@ from streaming.operators.replication import (BSC_ACK_FIRST_MS, BSC_ACK_MS, INTER
 from streaming.wire.envelope import make_envelope
 from streaming.wire import decode, encode, mqcn, mqdsrp, mqsd
 from streaming.wire.guid import GUID_NULL
+from streaming.wire.topics import RECORD_BODY_BYTES
 from streaming.wire.properties import Property
 from streaming.wire.propids import propid
 
@@ -36,7 +37,7 @@ from .truth import DeliveredNotifications, DiscoveryOutcomes, LostChanges, Truth
 from .enterprise import DeletedObject, DirObject, Enterprise, props, security_descriptor
 
 __all__ = ["ACK_EVERY", "ATTACKS", "CAPTURE_ATTACKS", "Faults", "FLOOD_COPIES", "FLOOD_EVERY", "FLOOD_FIRST",
-           "MESSAGE_ATTACKS", "NACK_CLASSES", "QUIET_TAIL_MS", "ROGUE_ADDRESS", "ROGUE_REPLY_RATE",
+           "MESSAGE_ATTACKS", "NACK_CLASSES", "propagation_parts", "QUIET_TAIL_MS", "ROGUE_ADDRESS", "ROGUE_REPLY_RATE",
            "ROGUE_SERVERS", "SIM_EPOCH_MS", "SimMessage", "Simulator", "UNAUTHENTICATED_KINDS",
            "UNAUTHENTICATED_RATE", "UNKNOWN_SENDER_RATE", "UNKNOWN_SENDER_TARGETS", "UNSIGNED_RATE",
            "UNSIGNED_TARGETS"]
@@ -66,6 +67,10 @@ ROGUE_SERVERS = ("rogue-ds1", "rogue-ds2")              # no machine object name
 ROGUE_ADDRESS = "10.250.0.{}"                           # nor any PROPID_QM_ADDRESS
 FLOOD_EVERY, FLOOD_FIRST = 4_000, 100   # notifications between two floods, and before the first
 FLOOD_COPIES = FLOOD_PER_MINUTE + 100
+# A ChangePropagationMessage's fields besides its changes, with room to spare: the MQDSRP header, Flush,
+# Count and a SeqNumberHeader of 32 bytes per partition with its sender's name (digest §9.3).
+PROPAGATION_ROOM = 16_384
+MAX_PROPAGATION_COUNT = 0xFFFF                          # Count is a u16
 
 
 @dataclass
@@ -478,8 +483,13 @@ class Simulator:
             if not changes and header.count == 0:
                 continue       # digest §11.2: an empty tick need not be sent
             self.avail[(sender, receiver)] = []
-            msg = mqdsrp.ChangePropagationMessage(0, len(changes), changes, header)
-            sent = self._emit_replication(self.ent.servers[sender], receiver, msg, "ChangePropagation")
+            parts = propagation_parts(changes)
+            for n, part in enumerate(parts, 1):
+                # the header rides with the last part: a replica checks it after the changes before it
+                last = n == len(parts)
+                msg = mqdsrp.ChangePropagationMessage(0, len(part), part,
+                                                      header if last else mqdsrp.SeqNumberHeader(0))
+                sent = self._emit_replication(self.ent.servers[sender], receiver, msg, "ChangePropagation")
             if self.stopped and header.count:
                 # The tail's header is a replica's only way to learn of changes it lost at the end of the
                 # traffic (dropped in transit or from a full pending collection, 3.1.7.2.2): the truth
@@ -845,6 +855,21 @@ class Simulator:
     def truth(self) -> dict:
         from .truth import build_truth
         return build_truth(self)
+
+
+def propagation_parts(changes: list[mqdsrp.DirectoryChange]) -> list[list[mqdsrp.DirectoryChange]]:
+    """A tick's changes for one neighbour in messages whose bodies fit a Kafka record (RECORD_BODY_BYTES):
+    on the wall clock a tick carries seconds of an enterprise's real changes. Each part is a whole
+    ChangePropagationMessage in sequence order; the spec bounds only the Count field (u16, digest §9.3)."""
+    parts, part, size = [], [], PROPAGATION_ROOM
+    for change in changes:
+        change_bytes = len(mqdsrp.encode_directory_change(change))
+        if part and (size + change_bytes > RECORD_BODY_BYTES or len(part) == MAX_PROPAGATION_COUNT):
+            parts.append(part)
+            part, size = [], PROPAGATION_ROOM
+        part.append(change)
+        size += change_bytes
+    return parts + [part]
 
 
 def _ms(value) -> int:

@@ -3,6 +3,7 @@
 The simulator is an independent implementation of the authorities; the truth is what every
 replica of a partition must end with (streaming/apps/verify.py compares)."""
 import functools
+from collections import Counter
 
 import pytest
 
@@ -72,6 +73,25 @@ def test_a_replica_behind_the_purge_horizon_resynchronises_through_sync0(part_by
     assert sync0 and {r["server"] for r in sync0} == {"bsc2-1"} and {r["partition_id"] for r in sync0} <= purged
     assert all(r["detail"]["is_sync0"] == 1 for r in sync0)
     assert len(sync0) > (5 if part_bytes else 0)
+    assert differences(job, truth) == []
+
+
+@pytest.mark.parametrize("seed", [1, 4, 9])
+def test_propagations_split_to_fit_a_record_build_every_replica(seed, monkeypatch):
+    """A tick's changes in several ChangePropagation messages (as on the wall clock, where a tick holds
+    seconds of real changes), the SeqNumberHeader with the last: every replica still ends as the truth,
+    with drops, duplicates and reordering."""
+    import producers.simulator as simulator
+    monkeypatch.setattr(simulator, "RECORD_BODY_BYTES", simulator.PROPAGATION_ROOM + 3_000)
+    sim = Simulator(seed=seed, faults=Faults(reorder=0.1, duplicate=0.05, drop=0.03), burst_rate=0.02)
+    messages = list(sim.messages(5_000))
+    truth = sim.truth()
+    propagations = [m.envelope for m in messages if m.kind == "ChangePropagation"]
+    ticks = Counter((e["source_machine"], e["destination_machine"], e["sent_time"]) for e in propagations)
+    assert sum(n > 1 for n in ticks.values()) > 20
+    assert max(len(e["body"]) for e in propagations) <= simulator.RECORD_BODY_BYTES
+    job = OfflineJob(truth, pec_name="pec0")
+    feed(job, [m.envelope for m in messages], 1000)
     assert differences(job, truth) == []
 
 

@@ -1,7 +1,7 @@
 """Topic names and the protocol each raw topic carries."""
 
 __all__ = ["CAPTURE_HEADER", "capture_header", "CAPTURE_KEY", "OUTBOUND_TOPIC", "PROTOCOL_HEADER",
-           "PROTOCOL_OF_TOPIC", "REJECTED_TOPIC", "SOURCE_TOPICS", "TOPICS"]
+           "PROTOCOL_OF_TOPIC", "RECORD_BODY_BYTES", "REJECTED_TOPIC", "SOURCE_TOPICS", "TOPICS"]
 TOPICS = {"mqdsrp": "msmq.dsrp.raw", "mqcn": "msmq.cn.raw", "mqsd": "msmq.sd.raw"}
 OUTBOUND_TOPIC = "msmq.dsrp.out"
 # MQQB packets the capture producers could not read (schemas/mqqb_rejected.avsc), keyed by sender
@@ -10,6 +10,9 @@ REJECTED_TOPIC = "msmq.qb.rejected"
 SOURCE_TOPICS = (*TOPICS.values(), REJECTED_TOPIC)
 PROTOCOL_OF_TOPIC = {topic: protocol for protocol, topic in TOPICS.items()}
 PROTOCOL_HEADER = "protocol"
+# A body a producer publishes at most: Kafka's clients refuse a record over 1,000,000 bytes by
+# default, and the envelope around the body adds a few hundred.
+RECORD_BODY_BYTES = 900_000
 # a message taken from a packet capture: where it is in the capture, as JSON {"capture": the file
 # or interface, "position": the packet and, for MQQB, the TCP flow and stream byte}
 CAPTURE_HEADER = "capture"
