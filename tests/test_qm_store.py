@@ -10,7 +10,8 @@ import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from producers.simulator import Faults, Simulator
-from replication_harness import arrival_ms
+from replication_harness import OfflineJob, arrival_ms
+from streaming.operators.notification_input import DIRECTORY
 from streaming.operators.notifications import MessageIdHistory, QMState, Settings, queue_manager_of
 from streaming.spark.notification_query import NotificationProcessor
 from streaming.spark.qm_store import Layout
@@ -191,3 +192,107 @@ def test_the_stored_message_id_table_answers_as_the_in_memory_one(seed):
             parts.append(IdPart(encode_ids(stored.seen)))
             stored = StoredHistory(list(parts))
     assert sum(c > 0 for c in copies) > 300 and sum(c == 0 for c in copies) > 300
+
+
+class _RecordingJob(OfflineJob):
+    """The offline job, keeping every row each queue manager was given: notifications and the directory
+    versions the replicas derived, as the job's second operator gets them."""
+
+    def __init__(self):
+        super().__init__()
+        self.inputs: dict[str, list] = {}
+        self._kept: set[int] = set()
+
+    def fire_qm_timers(self, watermark_ms: int) -> None:
+        for key, rows in self.held.items():
+            for row in rows:
+                if id(row) not in self._kept:
+                    self._kept.add(id(row))
+                    self.inputs.setdefault(key, []).append(row)
+        super().fire_qm_timers(watermark_ms)
+
+
+def with_directory(seed: int, count: int = 12_000) -> tuple[str, pd.DataFrame]:
+    """The busiest queue manager's input, directory versions included, in event-time order."""
+    envelopes = [m.envelope for m in Simulator(seed=seed, faults=FAULTS, burst_rate=0.01).messages(count)]
+    job = _RecordingJob()
+    for a in range(0, len(envelopes), 500):
+        job.feed(envelopes[a:a + 500])
+    key, rows = max(job.inputs.items(), key=lambda kv: len(kv[1]))
+    frame = pd.DataFrame([r._asdict() for r in rows]).sort_values("event_ms", kind="stable")
+    return key, frame.reset_index(drop=True)
+
+
+def _count_writes(run: Run) -> dict[str, list[int]]:
+    """Bytes each call writes to the core and to the directory."""
+    store, written = run.tester.processor.store, {"core": [], "directory": []}
+    core_update, directory_update = store.core.update, store.directory.updateValue
+
+    def core(value):
+        written["core"].append(len(value[0]))
+        core_update(value)
+
+    def directory(key, value):
+        written["directory"][-1] += len(value[0])
+        directory_update(key, value)
+    store.core.update, store.directory.updateValue = core, directory
+    return written
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_directory_is_read_and_written_an_object_at_a_time(seed):
+    """The directory a queue manager reads (every object of its own, as the replicas show them) grows
+    with the enterprise: a call writes the objects its rows changed, the core stays small, and the
+    tables are the same however the input is cut (a refresh reads every object)."""
+    key, frame = with_directory(seed)
+    assert (frame["kind"] == DIRECTORY).sum() > 300 and (frame["kind"] == "mqcn").sum() > 300
+    settings = Settings(window_ms=60_000, first_wait_ms=10_000, quiet_ms=50_000)
+    whole = Run(settings)
+    drive(whole, key, frame, [0, len(frame)])
+    finish(whole, key, frame)
+    cut = Run(settings)
+    written = _count_writes(cut)
+    step = max(1, len(frame) // 80)
+    cuts = list(range(0, len(frame), step)) + [len(frame)]
+    for a, b in zip(cuts, cuts[1:]):
+        written["directory"].append(0)
+        drive(cut, key, frame, [a, b])
+    finish(cut, key, frame)
+    assert cut.final() == whole.final()
+    assert any(r["outcome"] == "superseded-by-refresh" for r in whole.tables["notifications"])
+    assert any(r["outcome"] == "applied" for r in whole.tables["notifications"])
+    cut.tester.handle.setGroupingKey(key)
+    held = sum(len(value[0]) for _guid, value in cut.tester.processor.store.directory.iterator())
+    late = len(cuts) // 2                           # once the directory holds many objects
+    per_call = sum(written["directory"][late:]) / len(written["directory"][late:])
+    assert max(written["core"][late:]) < held, (max(written["core"][late:]), held)     # not in the core
+    assert per_call < held / 10, (per_call, held)
+
+
+def test_a_core_holding_its_directory_goes_on_the_same():
+    """A state stored in parts by an earlier version, its directory in the core: read from there,
+    then written an object at a time."""
+    key, frame = with_directory(3)
+    half = len(frame) // 2
+    cuts = list(range(0, len(frame), max(1, len(frame) // 30))) + [len(frame)]
+    first, rest = [c for c in cuts if c <= half] + [half], [half] + [c for c in cuts if c > half]
+    going_on = Run(Settings())
+    drive(going_on, key, frame, first)
+    tester = going_on.tester
+    core, layout = pickle.loads(tester.peekValueState("qm_core", key)[0])
+    st = pickle.loads(core)
+    st.directory = {k[0]: pickle.loads(v[0]) for k, v in tester.peekMapState("qm_directory", key).items()}
+    assert len(st.directory) > 20
+    del st.several_versions                         # not kept then
+    earlier = pickle.dumps((pickle.dumps(st, protocol=5), layout), protocol=5)
+    restarted = Run(Settings())
+    restarted.tester.updateMapState("qm_parts", key, tester.peekMapState("qm_parts", key))
+    restarted.tester.updateValueState("qm_core", key, (earlier,))
+    restarted.tester.setWatermark(tester._currentWatermarkMs)
+    going_on.tables.clear()
+    for run in (going_on, restarted):
+        drive(run, key, frame, rest)
+        finish(run, key, frame)
+    assert restarted.final() == going_on.final() and len(going_on.tables["notifications"]) > 100
+    again = pickle.loads(pickle.loads(restarted.tester.peekValueState("qm_core", key)[0])[0])
+    assert again.directory == {} and restarted.tester.peekMapState("qm_directory", key)

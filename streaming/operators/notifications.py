@@ -176,6 +176,7 @@ class QMState:
     last_processed_ms: int | None = None
     batches: int = 0
     directory: dict[str, list[Version]] = field(default_factory=dict)
+    several_versions: set = field(default_factory=set)    # objects with more than one version: what forgetting folds
     unresolved: dict[str, list[tuple[str, int, str, int, int]]] = field(default_factory=dict)
     # object guid -> [(message_id, arrival_ms, event, batch, read_ms)]
     message_ids: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -184,6 +185,12 @@ class QMState:
     # aggregates; None in a state written before them
     recent_arrivals: dict | None = None
     findings: FindingLog | None = None
+
+    def __setstate__(self, state: dict) -> None:
+        """A state stored before several_versions was kept: found in its directory."""
+        self.__dict__.update(state)
+        if "several_versions" not in state:
+            self.several_versions = {guid for guid, versions in self.directory.items() if len(versions) > 1}
 
 
 @dataclass
@@ -607,7 +614,10 @@ class QueueManager:
     def directory_object(self, guid: str, version: Version) -> None:
         """A replica's version of one of this queue manager's queues or of its machine object."""
         # kept in (event time, recency) order: inserted after equal keys, as a stable sort would
-        bisect.insort_right(self.state.directory.setdefault(guid, []), version, key=_version_order)
+        versions = self.state.directory.setdefault(guid, [])
+        bisect.insort_right(versions, version, key=_version_order)
+        if len(versions) > 1:
+            self.state.several_versions.add(guid)
         if guid == self.state.machine_id and self.state.quota is None and version.object_type == "machine":
             # [INFERENCE] A queue manager knows its own attributes before any notification changes
             # them (it registered its machine object itself): taken from the directory until then.
@@ -661,11 +671,15 @@ class QueueManager:
         if self.state.findings is not None:
             self.state.findings.forget(watermark_ms)            # buckets no later arrival can reach
         horizon = min(t for t in (watermark_ms, self.state.timer_ms) if t is not None)
-        for guid, versions in self.state.directory.items():
+        several = self.state.several_versions          # an object of one version has nothing to fold
+        for guid in sorted(several):
+            versions = self.state.directory[guid]
             older = [v for v in versions if v.event_ms <= horizon]
             if len(older) > 1:
                 keep = max(older, key=recency)
                 versions[:] = [v for v in versions if v is keep or v.event_ms > horizon]
+            if len(versions) <= 1:
+                several.discard(guid)
 
     def _apply_queue(self, guid: str, v: Version, now: int, message_id: str | None) -> None:
         q = self.state.queues.get(guid) or QueueRecord({})

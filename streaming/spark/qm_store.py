@@ -1,11 +1,14 @@
 """A queue manager's state in the state store in parts, so that a micro-batch's state calls send what
-it changed, not the windows the queue manager holds: up to 15 minutes of pending notifications with
-their bodies (MQCN 3.3.5 batching), 30 minutes of message ids ([MS-MQQB] 3.1.5.8.1) and the rows
-waiting for the watermark. On the wall clock those windows hold minutes of traffic; written whole,
-every micro-batch sent all of it again.
+it changed, not what the queue manager holds: up to 15 minutes of pending notifications with
+their bodies (MQCN 3.3.5 batching), 30 minutes of message ids ([MS-MQQB] 3.1.5.8.1), the rows
+waiting for the watermark, and the directory as the replicas show it (every object the queue manager
+may read, which grows with the enterprise). On the wall clock the windows hold minutes of traffic;
+written whole, every micro-batch sent all of it again.
 
-    qm_core    ValueState: the queue manager's state but those three, and where their parts are
+    qm_core    ValueState: the queue manager's state but those four, and where their parts are
                (small: written on every call)
+    qm_directory  MapState object GUID -> its versions (pickled): read as the queue manager looks
+               an object up (all of them only for a refresh), written when they changed
     qm_parts   MapState part number -> bytes, one of:
                - pending notifications (pickled): a part per micro-batch that added some, read only when
                  something iterates them (the batching timer fires) and dropped with them;
@@ -31,16 +34,17 @@ import pickle
 import struct
 from array import array
 
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from ..operators.notification_input import Row, order, split
 from ..operators.notifications import MESSAGE_ID_HISTORY_MS, MINUTE, MessageIdHistory, QMState
 
-__all__ = ["encode_ids", "IdPart", "Layout", "LazyPending", "message_hash", "QueueManagerStore", "StoredHistory",
+__all__ = ["encode_ids", "IdPart", "Layout", "LazyDirectory", "LazyPending", "message_hash", "QueueManagerStore", "StoredHistory",
            "StoredQueueManager"]
 
 _BINARY = StructType([StructField("data", BinaryType())])
 _PART = StructType([StructField("part", LongType())])
+_GUID = StructType([StructField("guid", StringType())])
 
 
 def _dump(value) -> bytes:
@@ -72,6 +76,81 @@ class LazyPending:
 
     def __bool__(self) -> bool:
         return len(self) > 0
+
+
+class LazyDirectory(dict):
+    """A queue manager's directory (object GUID -> its versions) read from qm_directory one object at
+    a time, as the queue manager looks objects up: a micro-batch reads the objects its rows name, and
+    only iterating (a refresh of every queue) reads them all. `changed()` gives what to write back."""
+
+    def __init__(self, stored, inherited: dict | None = None):
+        super().__init__()
+        self.stored = stored                                # the MapState: guid -> pickled versions
+        self.read: dict[str, bytes | None] = {}             # each object read, as stored (None: not stored)
+        self.whole = False
+        for guid, versions in (inherited or {}).items():    # an earlier layout's, from the core: written
+            dict.__setitem__(self, guid, versions)
+            self.read[guid] = None
+
+    def _load(self, guid: str) -> None:
+        if guid not in self.read and not self.whole:
+            value = self.stored.getValue((guid,))
+            self.read[guid] = data = bytes(value[0]) if value is not None else None
+            if data is not None:
+                dict.__setitem__(self, guid, pickle.loads(data))
+
+    def _load_all(self) -> None:
+        if not self.whole:
+            for (guid,), (value,) in self.stored.iterator():
+                if guid not in self.read:
+                    self.read[guid] = data = bytes(value)
+                    dict.__setitem__(self, guid, pickle.loads(data))
+            self.whole = True
+
+    def get(self, guid, default=None):
+        self._load(guid)
+        return dict.get(self, guid, default)
+
+    def setdefault(self, guid, default=None):
+        self._load(guid)
+        return dict.setdefault(self, guid, default)
+
+    def __getitem__(self, guid):
+        self._load(guid)
+        return dict.__getitem__(self, guid)
+
+    def __contains__(self, guid) -> bool:
+        self._load(guid)
+        return dict.__contains__(self, guid)
+
+    def __iter__(self):
+        self._load_all()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._load_all()
+        return dict.__len__(self)
+
+    def keys(self):
+        self._load_all()
+        return dict.keys(self)
+
+    def values(self):
+        self._load_all()
+        return dict.values(self)
+
+    def items(self):
+        self._load_all()
+        return dict.items(self)
+
+    def changed(self) -> list[tuple[str, bytes]]:
+        """(guid, pickled versions) of each object added or changed since read."""
+        out = []
+        for guid, versions in dict.items(self):
+            data = _dump(versions)
+            if data != self.read.get(guid):
+                out.append((guid, data))
+        return out
 
 
 def message_hash(message_id: str) -> int:
@@ -160,6 +239,7 @@ class StoredQueueManager:
             self.history = MessageIdHistory(st.message_ids)
             return st, self.history
         st = pickle.loads(self.core) if self.core is not None else QMState(key)
+        st.directory = LazyDirectory(self.store.directory, st.directory)
         self.history = StoredHistory([IdPart(self._read(part, self._ids)) for _minute, part in self.layout.ids])
         self.pending = st.pending = LazyPending(list(self.layout.pending), self.layout.pending_count,
                                                 lambda part: pickle.loads(self._read(part, self._parts)))
@@ -177,6 +257,7 @@ class QueueManagerStore:
     def __init__(self, handle, whole_state):
         self.core = handle.getValueState("qm_core", _BINARY)
         self.parts = handle.getMapState("qm_parts", _PART, _BINARY)
+        self.directory = handle.getMapState("qm_directory", _GUID, _BINARY)
         self.whole_state = whole_state              # the value state of earlier versions
 
     def read_part(self, part: int) -> bytes:
@@ -227,11 +308,20 @@ class QueueManagerStore:
             layout.held.append([part, min(r.event_ms for r in loaded.held)])
         self._save_pending(layout, st.pending, loaded.pending)
         self._save_ids(loaded, watermark_ms)
-        core = _dump(dataclasses.replace(st, pending=[], message_ids={}))
+        self._save_directory(st.directory)
+        core = _dump(dataclasses.replace(st, pending=[], message_ids={}, directory={}))
         self.core.update((_dump((core, dataclasses.asdict(layout))),))
         if loaded.whole is not None:
             self.whole_state.clear()
         return min((earliest for _part, earliest in layout.held), default=None)
+
+    def _save_directory(self, directory: dict) -> None:
+        if isinstance(directory, LazyDirectory):
+            changed = directory.changed()
+        else:                                       # a state stored whole: every object
+            changed = [(guid, _dump(versions)) for guid, versions in directory.items()]
+        for guid, data in changed:
+            self.directory.updateValue((guid,), (data,))
 
     def _save_pending(self, layout: Layout, pending, lazy: LazyPending | None) -> None:
         if lazy is not None and pending is lazy:
