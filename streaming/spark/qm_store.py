@@ -88,9 +88,12 @@ class LazyDirectory(dict):
         self.stored = stored                                # the MapState: guid -> pickled versions
         self.read: dict[str, bytes | None] = {}             # each object read, as stored (None: not stored)
         self.whole = False
+        # the objects handed out for changing (setdefault, []): only those can need writing back
+        self.touched: set[str] = set()
         for guid, versions in (inherited or {}).items():    # an earlier layout's, from the core: written
             dict.__setitem__(self, guid, versions)
             self.read[guid] = None
+            self.touched.add(guid)
 
     def _load(self, guid: str) -> None:
         if guid not in self.read and not self.whole:
@@ -113,10 +116,12 @@ class LazyDirectory(dict):
 
     def setdefault(self, guid, default=None):
         self._load(guid)
+        self.touched.add(guid)
         return dict.setdefault(self, guid, default)
 
     def __getitem__(self, guid):
         self._load(guid)
+        self.touched.add(guid)
         return dict.__getitem__(self, guid)
 
     def __contains__(self, guid) -> bool:
@@ -144,12 +149,14 @@ class LazyDirectory(dict):
         return dict.items(self)
 
     def changed(self) -> list[tuple[str, bytes]]:
-        """(guid, pickled versions) of each object added or changed since read."""
+        """(guid, pickled versions) of each object added or changed since read (of those handed out
+        for changing: get, `in` and iterating only read)."""
         out = []
-        for guid, versions in dict.items(self):
-            data = _dump(versions)
-            if data != self.read.get(guid):
-                out.append((guid, data))
+        for guid in sorted(self.touched):
+            if dict.__contains__(self, guid):
+                data = _dump(dict.__getitem__(self, guid))
+                if data != self.read.get(guid):
+                    out.append((guid, data))
         return out
 
 
