@@ -11,12 +11,14 @@ setup: $(VENV)/.installed
 	$(BIN)/python -m infra.pyspark_bytecode
 
 $(VENV)/.installed: pyproject.toml
+	bash infra/system_deps.sh --run
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-# What the tests need from Debian's packages, installed only when missing (root or sudo).
+# What the tests need from Debian's packages, installed only when missing (root or sudo); setup
+# installs what `make run` needs (python3-venv, Java 17 or later, Maven) the same way.
 system-deps:
 	bash infra/system_deps.sh
 

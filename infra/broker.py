@@ -10,6 +10,7 @@ SASL_SSL listener instead of PLAINTEXT (infra/broker_security.py); the state dir
 the choice made when it was formatted.
 """
 import os
+import re
 import shutil
 import signal
 import socket
@@ -22,7 +23,7 @@ from pathlib import Path
 
 __all__ = ["answers", "BrokerError", "BrokerStatus", "DEFAULT_BOOTSTRAP", "DEFAULT_HEAP", "DEFAULT_HOST",
            "DEFAULT_PORT", "default_state_dir", "EmbeddedBroker", "fetch_jars", "free_port", "jar_cache",
-           "java_binary", "KAFKA_VERSION"]
+           "java_binary", "java_major", "JAVA_MINIMUM", "KAFKA_VERSION"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 19092
@@ -103,13 +104,34 @@ def fetch_jars(cache: Path | None = None) -> Path:
     return cache
 
 
+JAVA_MINIMUM = 17          # Spark 4 and Kafka 4's broker (Debian's default-jre-headless: 17 on 12, 21 on 13)
+
+
 def java_binary(needed_for: str = "the embedded Kafka broker") -> str:
+    """The Java that JAVA_HOME names, else `java` on the PATH: 17 or later, else a BrokerError."""
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
         raise BrokerError(f"Java (17 or later) is needed for {needed_for} and was not found: "
-                          "install it (apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+                          "install it (apt-get install default-jre-headless) or set JAVA_HOME")
+    major = java_major(java)
+    if major is not None and major < JAVA_MINIMUM:
+        raise BrokerError(f"Java (17 or later) is needed for {needed_for}; {java} is Java {major}: "
+                          "install a later one (apt-get install default-jre-headless) or set JAVA_HOME to it")
     return java
+
+
+def java_major(java: str) -> int | None:
+    """The major version `java -version` reports (1.8 is 8), None if it says none."""
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if not found:
+        return None
+    major = int(found.group(1))
+    return int(found.group(2)) if major == 1 and found.group(2) else major
 
 
 @dataclass

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, vector
 
 DIRSTREAM = shutil.which("dirstream", path=str(Path(sys.executable).parent)) or "dirstream"
@@ -70,7 +72,7 @@ def test_run_refuses_a_checkpoint_of_the_four_query_job_with_one_line_and_writes
 
 def test_run_without_java_says_so_in_one_line_and_writes_nothing(tmp_path):
     """Spark runs on Java: without one, `dirstream run` says what to install (not PySpark's
-    traceback about its gateway) and exits 2 before Kafka or the sink."""
+    traceback about its gateway) and exits 1 (the machine's, not a setting) before Kafka or the sink."""
     import os
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = str(Path(sys.executable).parent)          # the venv's commands, no java
@@ -78,11 +80,51 @@ def test_run_without_java_says_so_in_one_line_and_writes_nothing(tmp_path):
                            "--checkpoint", str(tmp_path / "checkpoint"), "--sink", f"sqlite:///{tmp_path}/sink.db",
                            "--metrics-port", "0", "--log-format", "plain"], capture_output=True, text=True,
                           timeout=120, env=env)
-    assert done.returncode == 2
+    assert done.returncode == 1
     said = [line for line in (done.stdout + done.stderr).splitlines() if "Java" in line]
     assert said == ["dirstream run: Java (17 or later) is needed for Spark and was not found: install it "
-                    "(apt-get install openjdk-17-jre-headless) or set JAVA_HOME"]
+                    "(apt-get install default-jre-headless) or set JAVA_HOME"]
     assert "Traceback" not in done.stdout + done.stderr and not (tmp_path / "sink.db").exists()
+
+
+def _run_job(tmp_path, *flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "dirstream"), "run", "--bootstrap", "127.0.0.1:1",
+                           "--checkpoint", str(tmp_path / "checkpoint"), "--sink", f"sqlite:///{tmp_path}/sink.db",
+                           "--metrics-port", "0", "--log-format", "plain", *flags], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_run_with_a_java_older_than_17_says_so_in_one_line(tmp_path):
+    """A `java` that reports version 11 first on the PATH: one line naming it and its version, exit 1."""
+    import os
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "java").write_text('#!/bin/sh\necho \'openjdk version "11.0.22" 2024-01-16\' >&2\n')
+    (fake / "java").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = f"{fake}:{Path(sys.executable).parent}"
+    done = _run_job(tmp_path, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "Java" in line]
+    assert said == [f"dirstream run: Java (17 or later) is needed for Spark; {fake / 'java'} is Java 11: install a "
+                    "later one (apt-get install default-jre-headless) or set JAVA_HOME to it"]
+    assert "Traceback" not in done.stdout + done.stderr and not (tmp_path / "sink.db").exists()
+
+
+@pytest.mark.parametrize("flags, line", [
+    (("--spark-conf", "spark.ui.enabled"), "dirstream run: --spark-conf 'spark.ui.enabled': expected key=value, "
+                                            "like spark.executor.memory=4g"),
+    (("--cn-window", "15 minutes"), "dirstream run: --cn-window: a duration is like 500ms, 30s, 1m or 1h, "
+                                    "got '15 minutes'"),
+    (("--trigger", "often"), "dirstream run: --trigger takes a duration like 500ms, 2s or 1m, got 'often'"),
+])
+def test_run_with_a_bad_flag_says_which_on_the_console_and_exits_2_at_once(tmp_path, flags, line):
+    """Checked before Java, Kafka (nothing answers on 127.0.0.1:1: no wait) or the sink."""
+    done = _run_job(tmp_path, *flags)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert line in done.stdout.splitlines() + done.stderr.splitlines(), done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr and "does not answer" not in done.stdout + done.stderr
+    assert not (tmp_path / "sink.db").exists()
 
 
 def test_verify_names_a_truth_file_it_cannot_read_in_one_line(tmp_path):

@@ -344,7 +344,7 @@ def test_the_troubleshooting_checker_finds_a_message_the_code_does_not_print():
     assert any("did not answer for … s" in s for s in strings)           # an f-string's fixed parts
     assert any("does not answer (…); waiting up to … s" in s for s in strings)     # a log line's
     java = "dirstream run: Java (17 or later) is needed for Spark and was not found: install it " \
-           "(apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+           "(apt-get install default-jre-headless) or set JAVA_HOME"
     assert unquoted([java, "Kafka at … does not answer (…); waiting up to … s"], strings) == []
     assert unquoted([java.replace("was not found", "was missing")], strings)
     assert unquoted(["dirstream run: the broker is on holiday"], strings)

@@ -149,6 +149,10 @@ def _run(args, stop: "StopRequests") -> int:
     logging.getLogger("dirstream").addHandler(ConsoleHandler(console))
     say = lambda text: (log.info("%s", text), console.notice(text))  # noqa: E731
     print(f"dirstream run: Spark's and the job's log in {log_file}", file=err, flush=True)
+    problem = settings_error(args)
+    if problem:                                     # before anything starts: the flags alone are wrong
+        say(f"dirstream run: {problem}")
+        return 2
     operators = not args.topics and not args.topic_pattern
     earlier = topology.earlier_layout(args.checkpoint) if operators else None
     if earlier:
@@ -157,9 +161,9 @@ def _run(args, stop: "StopRequests") -> int:
     try:
         from infra.broker import BrokerError, java_binary
         java_binary("Spark")            # PySpark's own failure is a traceback about its gateway
-    except BrokerError as exc:
+    except BrokerError as exc:          # the machine's: a service manager may start it again later
         say(f"dirstream run: {exc}")
-        return 2
+        return 1
     try:
         settings_options = _kafka_options(args)
         _check_security(args.bootstrap, settings_options)
@@ -178,9 +182,9 @@ def _run(args, stop: "StopRequests") -> int:
         try:
             _when_kafka_answers(lambda: _create_missing_raw_topics(args.bootstrap, settings_options, log),
                                 args.bootstrap, stop)
-        except RuntimeError as exc:                # the broker did not answer within the wait
+        except RuntimeError as exc:                # refused settings, or the broker did not answer within the wait
             say(f"dirstream run: {exc}")
-            return 2
+            return _start_failure(exc)
     conf = dict(item.split("=", 1) for item in args.spark_conf)
     from ..sinks import masked
     log.info("reading %s from %s; writing %s; checkpoint %s; master %s", opts.get("topics") or opts["topicPattern"],
@@ -207,7 +211,7 @@ def _run(args, stop: "StopRequests") -> int:
                                     args.bootstrap, stop)
             except RuntimeError as exc:
                 say(f"dirstream run: {exc}")
-                return 2
+                return _start_failure(exc)
     rc = 0
     stop.watch(opts["stopFile"])
     console.start()
@@ -308,6 +312,31 @@ def _records_to_read(opts: dict, sink_url: str, checkpoint: str) -> int | None:
         return sum(max(end - max(done.get(tp, 0), lows[tp]), 0) for tp, end in ends.items())
     except Exception:          # noqa: BLE001 -- the bar is informative: never fail the run for it
         return None
+
+
+def settings_error(args) -> str | None:
+    """What is wrong with the flags alone, found before anything starts (None: nothing)."""
+    from ..spark.pipeline import parse_duration_ms, parse_trigger
+    for item in args.spark_conf:
+        key, equals, _value = item.partition("=")
+        if not equals or not key.strip():
+            return f"--spark-conf {item!r}: expected key=value, like spark.executor.memory=4g"
+    for flag in ("cn_quiet", "cn_first_wait", "cn_window"):
+        try:
+            parse_duration_ms(getattr(args, flag))
+        except ValueError as exc:
+            return f"--{flag.replace('_', '-')}: {exc}"
+    try:
+        parse_trigger(args.trigger)
+    except ValueError as exc:                       # it names the flag
+        return str(exc)
+    return None
+
+
+def _start_failure(exc: Exception) -> int:
+    """Exit 2 for settings Kafka refused (starting again cannot help), 1 for a Kafka that did not answer."""
+    from producers.kafka import KafkaSecurityError
+    return 2 if isinstance(exc, KafkaSecurityError) else 1
 
 
 def cn_settings(args):
