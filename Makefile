@@ -27,7 +27,14 @@ system-deps:
 # run the job into var/dirstream.db until Ctrl-C.
 run: setup
 	$(BIN)/dirstream broker start
-	$(BIN)/dirstream produce simulate --seed $(DEMO_SEED) --count $(DEMO_MESSAGES) --truth var/truth.json
+	@# the topics hold one simulated run: traffic published again would be dated from the same start,
+	@# behind the checkpoint's watermark, and its truth would replace the first one's
+	@if [ -f var/truth.json ]; then \
+	  echo "make run: the topics already hold the traffic of var/truth.json: the job goes on with it" \
+	       "(make clean, then make run, for another seed or count)"; \
+	else \
+	  $(BIN)/dirstream produce simulate --seed $(DEMO_SEED) --count $(DEMO_MESSAGES) --truth var/truth.json; \
+	fi
 	$(BIN)/dirstream produce respond --truth var/truth.json > var/responder.log 2>&1 & \
 	  responder=$$!; echo $$responder > var/responder.pid; \
 	  trap 'kill $$responder 2>/dev/null; rm -f var/responder.pid; \

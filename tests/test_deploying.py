@@ -40,3 +40,12 @@ def test_systemd_analyze_verifies_the_unit(tmp_path):
     broken.write_text(text.replace("RestartPreventExitStatus=2", "RestartPreventExitStatus=two"))
     done = subprocess.run(["systemd-analyze", "verify", str(broken)], capture_output=True, text=True, timeout=120)
     assert "RestartPreventExitStatus" in done.stderr or "parse" in done.stderr, done.stderr
+
+
+def test_the_documented_spark_submit_names_both_pythons_and_the_entry_point():
+    """The command test_distributed runs as written (there with the test's hosts and paths)."""
+    from test_distributed import documented_spark_submit
+    command = documented_spark_submit()
+    assert command.startswith("PYTHONPATH=msmq_dirstream-0.1.0-py3-none-any.whl spark-submit --master ")
+    assert "--conf spark.pyspark.python=" in command and "--conf spark.pyspark.driver.python=" in command
+    assert '"$(dirstream spark-main)" --bootstrap ' in command and command.endswith("--pec-name PEC01")

@@ -33,16 +33,29 @@ def test_standalone_cluster_matches_local_mode(broker, tmp_path, spark):
     assert a["dead_letters"] == b["dead_letters"] and a["raw_messages_seen"] == b["raw_messages_seen"]
 
 
-def test_spark_submit_runs_the_job_from_the_built_wheel_on_the_cluster(broker, tmp_path):
-    """spark-submit with the built wheel (installed where it is submitted, and on --py-files) and the
-    job's entry point: the executors' Python has only the third-party dependencies, the master is
-    spark-submit's."""
+def documented_spark_submit() -> str:
+    """The spark-submit command of docs/deploying.md, as written there (continuation lines joined)."""
+    import re
+    from test_packaging import ROOT
+    text = (ROOT / "docs" / "deploying.md").read_text()
+    (block,) = [b for b in re.findall(r"```sh\n(.*?)```", text, re.DOTALL) if "spark-submit --master" in b]
+    lines = block.split("\n# a Spark application, by spark-submit")[1].split("\n")[1:]     # after that comment line
+    command = "\n".join(line for line in lines if not line.startswith("#"))
+    return " ".join(command.replace("\\\n", " ").split())
+
+
+def test_spark_submit_runs_the_job_as_documented_from_the_built_wheel_on_the_cluster(broker, tmp_path):
+    """docs/deploying.md's spark-submit command, its hosts, paths and memory replaced by the test's:
+    the built wheel (installed where it is submitted, and on --py-files), the job's entry point, the
+    executors' Python with only the third-party dependencies, the master spark-submit's; its
+    spark.sql.shuffle.partitions wins over the job's default, and so does a spark-defaults.conf."""
     import sqlite3
     import subprocess
     import sys
     import zipfile
     from pathlib import Path
     from test_packaging import ROOT, clean_env
+    from test_spark_settings import checkpoint_conf
     summary, _ = simulate(broker, tmp_path, "--seed", "18", "--count", "600")
     built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)],
                            capture_output=True, text=True, timeout=600)
@@ -54,23 +67,34 @@ def test_spark_submit_runs_the_job_from_the_built_wheel_on_the_cluster(broker, t
     installed = subprocess.run([str(driver), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
                                capture_output=True, text=True, timeout=300)
     assert installed.returncode == 0, installed.stderr[-2000:]
-    entry = subprocess.run([str(driver.parent / "dirstream"), "spark-main"], capture_output=True, text=True,
-                           env=clean_env()).stdout.strip()
-    assert entry.endswith("streaming/apps/spark_main.py") and str(tmp_path / "driver") in entry
     assert zipfile.ZipFile(wheel).read("streaming/apps/spark_main.py")
     import pyspark
     spark_home = str(Path(pyspark.__file__).parent)       # pyspark's own Spark, as an activated venv finds it
+    conf_dir = tmp_path / "conf"                         # the cluster on loopback: the driver's address
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("spark.driver.host 127.0.0.1\nspark.ui.enabled true\n"
+                                                  "spark.ui.port 0\n")
+    (tmp_path / "kafka.properties").write_text("# the embedded broker needs no settings\n")
     cluster = StandaloneCluster(tmp_path / "spark", free_port()).start()
+    documented = documented_spark_submit()
+    command = documented
+    for doc, ours in (("spark://spark-master:7077", cluster.url), ("msmq_dirstream-0.1.0-py3-none-any.whl", str(wheel)),
+                      ("/opt/dirstream-deps/bin/python", str(python)),
+                      ("/opt/msmq-dirstream/.venv/bin/python", str(driver)),
+                      ("--executor-memory 4g --driver-memory 4g", "--executor-memory 1g --driver-memory 1g"),
+                      ("kafka1:9092,kafka2:9092", broker), ("/etc/dirstream/kafka.properties",
+                                                            str(tmp_path / "kafka.properties")),
+                      ("postgresql://dirstream@db:5432/dirstream", f"sqlite:///{tmp_path}/submitted.db"),
+                      ("hdfs://nn:8020/dirstream/checkpoint", str(tmp_path / "ckpt"))):
+        assert documented.count(doc) >= 1, doc
+        command = command.replace(doc, ours)
     try:
         done = subprocess.run(
-            [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.url, "--py-files", str(wheel),
-             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=1g",
-             "--conf", f"spark.pyspark.python={python}", "--conf", f"spark.pyspark.driver.python={driver}",
-             entry, "--bootstrap", broker, "--sink", f"sqlite:///{tmp_path}/submitted.db", "--checkpoint",
-             str(tmp_path / "ckpt"), "--once", "--pec-name", "pec0", "--metrics-port", "0", "--log-format", "plain"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=900,
-            env={**clean_env(), "SPARK_HOME": spark_home, "PYTHONPATH": str(wheel)})
-        assert done.returncode == 0, (done.stdout + done.stderr)[:6000]
+            ["bash", "-c", command + " --once --metrics-port 0 --log-format plain"], cwd=tmp_path,
+            capture_output=True, text=True, timeout=900,
+            env={**clean_env(), "SPARK_HOME": spark_home, "SPARK_CONF_DIR": str(conf_dir),
+                 "PATH": f"{driver.parent}:{Path(sys.executable).parent}:/usr/bin:/bin"})
+        assert done.returncode == 0, (command, (done.stdout + done.stderr)[:6000])
         assert any((tmp_path / "spark" / "work").iterdir())            # an executor ran on the worker
     finally:
         cluster.stop()
@@ -78,3 +102,5 @@ def test_spark_submit_runs_the_job_from_the_built_wheel_on_the_cluster(broker, t
         read = db.execute("SELECT SUM(input_rows) FROM pipeline_progress WHERE query_name = 'dirstream'").fetchone()[0]
         assert read == summary["published"]
         assert db.execute("SELECT COUNT(*) FROM notification_batches").fetchone()[0] > 0     # the operators ran
+    conf = checkpoint_conf(tmp_path / "ckpt")
+    assert conf["spark.sql.shuffle.partitions"] == "16"             # spark-submit's --conf, not the job's 4

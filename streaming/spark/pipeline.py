@@ -2,6 +2,7 @@
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -91,35 +92,13 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")      # everything stays on loopback
     from pyspark.sql import SparkSession
+    given = user_spark_settings(conf or {})
     _jvm_in_own_session()
     _class_archive = ClassArchive.for_this_machine(write=write_class_archive)
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.sql.shuffle.partitions", str(default_shuffle_partitions(master)))
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.streaming.stateStore.providerClass",
-                       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-               # a commit writes the batch's changes, not a snapshot of the whole store (snapshots are
-               # made in the background), so a commit's cost follows the batch, not the state's size
-               .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-               .config("spark.python.worker.reuse", "true")
-               # the Python workers, and the state server each stateful task's Python side calls on
-               # every state read and write, over Unix sockets instead of loopback TCP
-               .config("spark.python.unix.domain.socket.enabled", "true")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.adaptive.enabled", "false")          # not supported in streaming anyway
-               .config("spark.sql.debug.maxToStringFields", "100")
-               # Spark's 1 GB default driver heap runs out under a backlog's large micro-batches in
-               # local mode; --spark-conf spark.driver.memory=... overrides
-               .config("spark.driver.memory", DRIVER_MEMORY)
-               # spark.driver.defaultJavaOptions given in conf replaces this (extraJavaOptions adds to it)
-               .config("spark.driver.defaultJavaOptions",
-                       driver_java_options((conf or {}).get("spark.driver.memory", DRIVER_MEMORY), pretouch)
-                       + " " + _class_archive.java_options())
-               # a cluster's executors compile as the driver does (user options add to it)
-               .config("spark.executor.defaultJavaOptions", JIT_OPTIONS))
-    for key, value in PYTHON_WORKER_ENV.items():
-        builder = builder.config(f"spark.executorEnv.{key}", value)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in job_spark_defaults(master, given, pretouch).items():
+        if key not in given:            # the user's setting wins, wherever it was given
+            builder = builder.config(key, value)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -135,6 +114,67 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
 
 
 _class_archive = ClassArchive(None, write=False)
+
+
+def job_spark_defaults(master: str, given: dict, pretouch: bool) -> dict[str, str]:
+    """The job's Spark settings, each applied only where the user has not set it."""
+    defaults = {
+        "spark.sql.shuffle.partitions": str(default_shuffle_partitions(master)),
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        # a commit writes the batch's changes, not a snapshot of the whole store (snapshots are
+        # made in the background), so a commit's cost follows the batch, not the state's size
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.python.worker.reuse": "true",
+        # the Python workers, and the state server each stateful task's Python side calls on
+        # every state read and write, over Unix sockets instead of loopback TCP
+        "spark.python.unix.domain.socket.enabled": "true",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.adaptive.enabled": "false",          # not supported in streaming anyway
+        "spark.sql.debug.maxToStringFields": "100",
+        # Spark's 1 GB default driver heap runs out under a backlog's large micro-batches in local mode
+        "spark.driver.memory": DRIVER_MEMORY,
+        # the user's spark.driver.defaultJavaOptions replaces this (extraJavaOptions adds to it)
+        "spark.driver.defaultJavaOptions": driver_java_options(given.get("spark.driver.memory", DRIVER_MEMORY),
+                                                               pretouch) + " " + _class_archive.java_options(),
+        # a cluster's executors compile as the driver does (user options add to it)
+        "spark.executor.defaultJavaOptions": JIT_OPTIONS,
+    }
+    defaults.update({f"spark.executorEnv.{key}": value for key, value in PYTHON_WORKER_ENV.items()})
+    return defaults
+
+
+def user_spark_settings(conf: dict) -> dict[str, str]:
+    """The Spark settings the user gave: spark-defaults.conf, spark-submit's own (--conf and its
+    options, when spark-submit started this driver), then --spark-conf."""
+    given = spark_defaults_file()
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):             # a driver spark-submit started: its JVM holds them
+        from pyspark import SparkConf
+        from pyspark.core.context import SparkContext
+        SparkContext._ensure_initialized()
+        given.update(SparkConf().getAll())
+    given.update(conf)
+    return given
+
+
+def spark_defaults_file() -> dict[str, str]:
+    """spark-defaults.conf as spark-submit reads it: in SPARK_CONF_DIR, else SPARK_HOME's conf folder
+    (pyspark's own Spark when SPARK_HOME is not set); a Java properties file."""
+    import pyspark
+    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    path = Path(os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf")) / "spark-defaults.conf"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    settings = {}
+    for line in lines:
+        found = re.match(r"\s*([^#!\s=:][^\s=:]*)\s*[=:\s]\s*(.*?)\s*$", line)
+        if found:
+            settings[found.group(1)] = found.group(2)
+    return settings
 
 
 def _jvm_in_own_session() -> None:
