@@ -17,9 +17,9 @@ from ..sinks import open_sink, utcnow
 
 __all__ = ["BatchWriter", "build_spark", "checkpoint_query_id", "DEAD_LETTER_COLUMNS",
            "default_shuffle_partitions", "driver_frees_memory", "driver_java_options", "DRIVER_MEMORY",
-           "DURATION_UNITS_MS", "JIT_OPTIONS", "log", "M_MMAP_THRESHOLD", "M_TRIM_THRESHOLD", "parse_duration_ms",
-           "parse_end_offsets", "parse_trigger", "PYTHON_WORKER_ENV", "source_options", "start_query",
-           "start_stream", "stop_spark"]
+           "DURATION_UNITS_MS", "JIT_OPTIONS", "job_spark_defaults", "log", "M_MMAP_THRESHOLD", "M_TRIM_THRESHOLD",
+           "parse_duration_ms", "parse_end_offsets", "parse_trigger", "PYTHON_WORKER_ENV", "source_options",
+           "spark_defaults_file", "start_query", "start_stream", "stop_spark", "user_spark_settings"]
 
 log = logging.getLogger("dirstream.job")
 DRIVER_MEMORY = "4g"
