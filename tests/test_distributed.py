@@ -85,7 +85,7 @@ def test_spark_submit_runs_the_job_as_documented_from_the_built_wheel_on_the_clu
                       ("kafka1:9092,kafka2:9092", broker), ("/etc/dirstream/kafka.properties",
                                                             str(tmp_path / "kafka.properties")),
                       ("postgresql://dirstream@db:5432/dirstream", f"sqlite:///{tmp_path}/submitted.db"),
-                      ("hdfs://nn:8020/dirstream/checkpoint", str(tmp_path / "ckpt"))):
+                      ("/mnt/dirstream/checkpoint", str(tmp_path / "ckpt"))):
         assert documented.count(doc) >= 1, doc
         command = command.replace(doc, ours)
     try:

@@ -3,7 +3,7 @@ master is the one spark-submit was given (--master, or spark-defaults.conf).
 
     spark-submit --master spark://spark-master:7077 --py-files msmq_dirstream-0.1.0-py3-none-any.whl \\
         "$(dirstream spark-main)" --bootstrap kafka1:9092 --sink postgresql://dirstream@db/msmq \\
-        --checkpoint hdfs://nn:8020/dirstream/checkpoint --pec-name PEC01
+        --checkpoint /mnt/dirstream/checkpoint --pec-name PEC01
 
 `dirstream spark-main` prints this file's path. The driver runs where spark-submit runs (client
 mode: Spark's standalone clusters run Python applications only so), in the Python that
