@@ -115,8 +115,10 @@ def test_ctrl_c_flushes_everything_sent(broker, tmp_path):
     import re
     errors = tmp_path / "stderr.txt"
     with errors.open("wb") as err:
+        # SIGINT's default action restored: a suite started in the background of a shell inherits it ignored
         proc = subprocess.Popen([*_exe(), "produce", "simulate", "--bootstrap", broker, "--rate", "500",
-                                 "--duration", "60"], stdout=subprocess.PIPE, stderr=err)
+                                 "--duration", "60"], stdout=subprocess.PIPE, stderr=err,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def stderr() -> str:
         return errors.read_text("utf-8", "replace")
