@@ -340,12 +340,15 @@ class QueueManager:
                 self._give_up_unresolved(deadline)
             elif batch_due:
                 fired = self.state.timer_ms
-                pending, briefs = self.state.pending, pending_briefs(self.state.pending)
-                if any(b.arrival_ms > fired for b in briefs):
+                pending = self.state.pending
+                # a batch below the refresh threshold is processed, from the notifications themselves
+                briefs = pending_briefs(pending) if len(pending) >= self.settings.refresh_threshold else None
+                if briefs is None or any(b.arrival_ms > fired for b in briefs):
                     pending = list(pending)
                     due = [n for n in pending if n.arrival_ms <= fired]
                     later = [n for n in pending if n.arrival_ms > fired]
-                    self._fire(fired, due, [brief(n) for n in due])
+                    self._fire(fired, due, [brief(n) for n in due]
+                               if len(due) >= self.settings.refresh_threshold else None)
                 else:
                     later = []
                     self._fire(fired, pending, briefs)
@@ -368,12 +371,12 @@ class QueueManager:
                 self.state.timer_ms = last + self.settings.window_ms        # "the remainder of the 15 minutes"
             self.state.timer_started_ms = n.arrival_ms
 
-    def _fire(self, fired: int, pending, briefs: list["Brief"]) -> None:
-        """The batch: processed in arrival order, or, at the refresh threshold, only recorded, from the
-        notifications' briefs (a refreshed batch needs no more of them)."""
+    def _fire(self, fired: int, pending, briefs: list["Brief"] | None) -> None:
+        """The batch: processed in arrival order, or, at the refresh threshold (briefs given), only
+        recorded, from the notifications' briefs (a refreshed batch needs no more of them)."""
         self.state.batches += 1
         batch = self.state.batches
-        refresh = len(briefs) >= self.settings.refresh_threshold
+        refresh = briefs is not None
         if refresh:
             for b in briefs:
                 if b.rejection:                 # disregarded whatever the batch: recorded as such
@@ -388,7 +391,8 @@ class QueueManager:
         else:
             for n in sorted(pending, key=lambda m: m.arrival_ms):
                 self.process(n, fired, batch)
-        self.batches.append(Batch(batch, self.state.timer_started_ms, fired, len(briefs), refresh))
+        self.batches.append(Batch(batch, self.state.timer_started_ms, fired, len(briefs if refresh else pending),
+                                  refresh))
         self.state.timer_ms = self.state.timer_started_ms = None
         self.state.last_processed_ms = fired
 
