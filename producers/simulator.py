@@ -37,8 +37,8 @@ from .truth import DeliveredNotifications, DiscoveryOutcomes, LostChanges, Truth
 from .enterprise import DeletedObject, DirObject, Enterprise, props, security_descriptor
 
 __all__ = ["ACK_EVERY", "ATTACKS", "CAPTURE_ATTACKS", "Faults", "FLOOD_COPIES", "FLOOD_EVERY", "FLOOD_FIRST",
-           "MESSAGE_ATTACKS", "NACK_CLASSES", "propagation_parts", "QUIET_TAIL_MS", "ROGUE_ADDRESS", "ROGUE_REPLY_RATE",
-           "ROGUE_SERVERS", "SIM_EPOCH_MS", "SimMessage", "Simulator", "UNAUTHENTICATED_KINDS",
+           "MESSAGE_ATTACKS", "NACK_CLASSES", "propagation_bodies", "propagation_parts", "QUIET_TAIL_MS",
+           "ROGUE_ADDRESS", "ROGUE_REPLY_RATE", "ROGUE_SERVERS", "SIM_EPOCH_MS", "SimMessage", "Simulator", "UNAUTHENTICATED_KINDS",
            "UNAUTHENTICATED_RATE", "UNKNOWN_SENDER_RATE", "UNKNOWN_SENDER_TARGETS", "UNSIGNED_RATE",
            "UNSIGNED_TARGETS"]
 
@@ -257,7 +257,9 @@ class Simulator:
         return str(self.ent.new_guid())
 
     def _emit_replication(self, sender: ent.Server, dest: str, inner, kind: str) -> SimMessage:
-        body = encode("mqdsrp", mqdsrp.new_message(sender.site_id, inner))
+        return self._emit_replication_body(sender, dest, _replication_body(sender, inner), kind)
+
+    def _emit_replication_body(self, sender: ent.Server, dest: str, body: bytes, kind: str) -> SimMessage:
         # 3.1.7.2.1: signed with MD5, SenderIdentifierType 2 (QM); sent to REPLICATION_QUEUE_DIRECT.
         return self._emit("mqdsrp", body, kind, source=sender.name, dest=dest,
                           queue=f"DIRECT=OS:{dest}\\private$\\mqis_queue$", sender_id=sender.machine_id,
@@ -483,13 +485,8 @@ class Simulator:
             if not changes and header.count == 0:
                 continue       # digest §11.2: an empty tick need not be sent
             self.avail[(sender, receiver)] = []
-            parts = propagation_parts(changes)
-            for n, part in enumerate(parts, 1):
-                # the header rides with the last part: a replica checks it after the changes before it
-                last = n == len(parts)
-                msg = mqdsrp.ChangePropagationMessage(0, len(part), part,
-                                                      header if last else mqdsrp.SeqNumberHeader(0))
-                sent = self._emit_replication(self.ent.servers[sender], receiver, msg, "ChangePropagation")
+            for body in propagation_bodies(self.ent.servers[sender], changes, header):
+                sent = self._emit_replication_body(self.ent.servers[sender], receiver, body, "ChangePropagation")
             if self.stopped and header.count:
                 # The tail's header is a replica's only way to learn of changes it lost at the end of the
                 # traffic (dropped in transit or from a full pending collection, 3.1.7.2.2): the truth
@@ -855,6 +852,25 @@ class Simulator:
     def truth(self) -> dict:
         from .truth import build_truth
         return build_truth(self)
+
+
+def _replication_body(sender: ent.Server, inner) -> bytes:
+    return encode("mqdsrp", mqdsrp.new_message(sender.site_id, inner))
+
+
+def propagation_bodies(sender: ent.Server, changes: list[mqdsrp.DirectoryChange],
+                       header: mqdsrp.SeqNumberHeader) -> list[bytes]:
+    """A tick's changes for one neighbour as encoded ChangePropagationMessages: one, encoded once, when
+    its body fits a Kafka record; else the parts of propagation_parts, the header with the last (a
+    replica checks it after the changes before it)."""
+    if len(changes) <= MAX_PROPAGATION_COUNT:
+        body = _replication_body(sender, mqdsrp.ChangePropagationMessage(0, len(changes), changes, header))
+        if len(body) <= RECORD_BODY_BYTES:
+            return [body]
+    parts = propagation_parts(changes)
+    return [_replication_body(sender, mqdsrp.ChangePropagationMessage(
+        0, len(part), part, header if n == len(parts) else mqdsrp.SeqNumberHeader(0)))
+        for n, part in enumerate(parts, 1)]
 
 
 def propagation_parts(changes: list[mqdsrp.DirectoryChange]) -> list[list[mqdsrp.DirectoryChange]]:
