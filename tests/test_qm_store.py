@@ -296,30 +296,3 @@ def test_a_core_holding_its_directory_goes_on_the_same():
     assert restarted.final() == going_on.final() and len(going_on.tables["notifications"]) > 100
     again = pickle.loads(pickle.loads(restarted.tester.peekValueState("qm_core", key)[0])[0])
     assert again.directory == {} and restarted.tester.peekMapState("qm_directory", key)
-
-
-def test_a_refreshed_batch_reads_the_briefs_not_the_notifications():
-    """A window of 100 or more is refreshed instead (MQCN note <3>): its rows come from the briefs kept
-    beside the pending notifications, which are not read; the same rows as from the notifications
-    themselves (a layout of an earlier version, without briefs)."""
-    key, frame = busiest(4)
-    settings = Settings(window_ms=10 ** 10, first_wait_ms=10 ** 10, quiet_ms=10 ** 10)   # one window, fired last
-    runs = {"briefs": Run(settings), "notifications": Run(settings)}
-    for run in runs.values():
-        drive(run, key, frame, list(range(0, len(frame), 200)) + [len(frame)])
-    store, tester = runs["briefs"].tester.processor.store, runs["briefs"].tester
-    core, layout = pickle.loads(tester.peekValueState("qm_core", key)[0])
-    assert layout["pending_count"] >= 100 and len(layout["pending"]) == len(layout["pending_briefs"]) > 3
-    earlier = runs["notifications"].tester
-    older, older_layout = pickle.loads(earlier.peekValueState("qm_core", key)[0])
-    earlier.updateValueState("qm_core", key, (pickle.dumps((older, {**older_layout, "pending_briefs": []})),))
-    read: list[int] = []
-    original = store.read_part
-    store.read_part = lambda part: (read.append(part), original(part))[1]
-    for run in runs.values():                       # past the window's timer
-        run.written.append(0)
-        run._take(run.tester.setWatermark(int(frame["event_ms"].max()) + 2 * 10 ** 10))
-    assert set(layout["pending_briefs"]) <= set(read) and not set(layout["pending"]) & set(read)
-    refreshed = [r for r in runs["briefs"].tables["notifications"] if r["outcome"] == "superseded-by-refresh"]
-    assert len(refreshed) >= 100
-    assert runs["briefs"].final() == runs["notifications"].final()

@@ -40,12 +40,11 @@ from ..wire.mqqb import FormatName, parse_format_name
 from ..wire.properties import MQDS_MACHINE, MQDS_QUEUE, object_type_of
 from ..wire.propids import PROPIDS
 
-__all__ = ["action_of", "APPEARED", "Batch", "brief", "Brief", "is_notification_queue", "json_value",
-           "MESSAGE_ID_HISTORY_MS", "MessageIdHistory", "MINUTE", "Mode", "Notification", "notification_from",
-           "NOTIFY_QUEUE_NUMBER", "Outcome", "pending_briefs", "QMState", "QUEUE_DEFAULTS", "queue_manager_of",
-           "QueueManager", "QueueManagerOutputs", "QueueRecord", "recency", "REFRESH", "Result", "Settings",
-           "UNRESOLVED_WAIT_MS", "Update", "V1_CREATE", "V1_QM_UPDATE", "V1_QUEUE_UPDATE", "v1_rejection",
-           "V2_QUEUE_READ", "Version"]
+__all__ = ["APPEARED", "Batch", "is_notification_queue", "json_value", "MESSAGE_ID_HISTORY_MS", "MessageIdHistory",
+           "MINUTE", "Mode", "Notification", "notification_from", "NOTIFY_QUEUE_NUMBER", "Outcome", "QMState",
+           "QUEUE_DEFAULTS", "queue_manager_of", "QueueManager", "QueueManagerOutputs", "QueueRecord", "recency",
+           "REFRESH", "Result", "Settings", "UNRESOLVED_WAIT_MS", "Update", "V1_CREATE", "V1_QM_UPDATE",
+           "V1_QUEUE_UPDATE", "V2_QUEUE_READ", "Version"]
 
 MINUTE = 60_000
 NOTIFY_QUEUE_NUMBER = "3"             # MQCN 1.9: NOTIFY_QUEUE_PRIVATE is private queue 3
@@ -340,18 +339,9 @@ class QueueManager:
                 self._give_up_unresolved(deadline)
             elif batch_due:
                 fired = self.state.timer_ms
-                pending = self.state.pending
-                # a batch below the refresh threshold is processed, from the notifications themselves
-                briefs = pending_briefs(pending) if len(pending) >= self.settings.refresh_threshold else None
-                if briefs is None or any(b.arrival_ms > fired for b in briefs):
-                    pending = list(pending)
-                    due = [n for n in pending if n.arrival_ms <= fired]
-                    later = [n for n in pending if n.arrival_ms > fired]
-                    self._fire(fired, due, [brief(n) for n in due]
-                               if len(due) >= self.settings.refresh_threshold else None)
-                else:
-                    later = []
-                    self._fire(fired, pending, briefs)
+                due = [n for n in self.state.pending if n.arrival_ms <= fired]
+                later = [n for n in self.state.pending if n.arrival_ms > fired]
+                self._fire(fired, due)
                 self.state.pending = []
                 for n in sorted(later, key=lambda m: m.arrival_ms):
                     self.state.pending.append(n)
@@ -371,28 +361,26 @@ class QueueManager:
                 self.state.timer_ms = last + self.settings.window_ms        # "the remainder of the 15 minutes"
             self.state.timer_started_ms = n.arrival_ms
 
-    def _fire(self, fired: int, pending, briefs: list["Brief"] | None) -> None:
-        """The batch: processed in arrival order, or, at the refresh threshold (briefs given), only
-        recorded, from the notifications' briefs (a refreshed batch needs no more of them)."""
+    def _fire(self, fired: int, pending: list[Notification]) -> None:
         self.state.batches += 1
         batch = self.state.batches
-        refresh = briefs is not None
+        refresh = len(pending) >= self.settings.refresh_threshold
         if refresh:
-            for b in briefs:
-                if b.rejection:                 # disregarded whatever the batch: recorded as such
-                    self._record(b, action=b.action, guid=None, outcome=Result.DISCARDED, reason=b.rejection,
+            for n in pending:
+                rejected = self._v1_rejection(n) if n.version == 1 else None
+                if rejected:                    # disregarded whatever the batch: recorded as such
+                    self._record(n, action=self._action(n), guid=None, outcome=Result.DISCARDED, reason=rejected,
                                  batch=batch, now=fired)
                     continue
-                self._record(b, action=b.action, guid=b.object_guid, outcome=Result.SUPERSEDED_BY_REFRESH,
-                             reason=f"{len(briefs)} notifications in one window: all public queues refreshed "
+                self._record(n, action=self._action(n), guid=n.object_guid, outcome=Result.SUPERSEDED_BY_REFRESH,
+                             reason=f"{len(pending)} notifications in one window: all public queues refreshed "
                                     "instead (MQCN note <3>)", batch=batch, now=fired)
             self.refresh_all(fired)
-            self._await_announced_queues(briefs, fired, batch)
+            self._await_announced_queues(pending, fired, batch)
         else:
             for n in sorted(pending, key=lambda m: m.arrival_ms):
                 self.process(n, fired, batch)
-        self.batches.append(Batch(batch, self.state.timer_started_ms, fired, len(briefs if refresh else pending),
-                                  refresh))
+        self.batches.append(Batch(batch, self.state.timer_started_ms, fired, len(pending), refresh))
         self.state.timer_ms = self.state.timer_started_ms = None
         self.state.last_processed_ms = fired
 
@@ -451,7 +439,24 @@ class QueueManager:
                              reason="a queue manager create has no action", batch=batch, now=now)
 
     def _v1_rejection(self, n: Notification) -> str | None:
-        return v1_rejection(n)
+        if n.sender_identifier_type != "QueueManagerIdentifier":
+            return f"SenderIdentifierType {n.sender_identifier_type}, not QueueManagerIdentifier (3.2.5.1)"
+        if n.authentication_level in (None, "None"):
+            return "AuthenticationLevel None (3.2.5.1)"
+        for i, update in enumerate(n.updates):
+            command, props = update.command, update.props
+            if command in (Command.CREATE, Command.UPDATE):
+                kind = object_type_of(props[0][0]) if props else 0
+                if kind not in (MQDS_QUEUE, MQDS_MACHINE):
+                    return f"update {i}: object type {kind} from PropertyId[0] is neither a queue nor a queue " \
+                           f"manager (3.2.5.1)"
+            elif command == Command.DELETE:
+                if len(props) < 2 or props[1][1] != MQDS_QUEUE:
+                    return f"update {i}: delete of PropertyValue[1] = {props[1][1] if len(props) > 1 else None}, " \
+                           f"not MQDS_QUEUE (3.2.5.1)"
+            else:
+                return f"update {i}: Command {command} is not 0, 1 or 2"
+        return None
 
     def _queue_by_path(self, path: str | None) -> str | None:
         """3.2.5.1: "the state of the queue ... referenced by the PathName field or the GuidIdentifier
@@ -734,13 +739,14 @@ class QueueManager:
                 # journal quota and security are re-read with its queues.
                 self._apply_machine(v, now)
 
-    def _await_announced_queues(self, briefs: list["Brief"], fired: int, batch: int) -> None:
+    def _await_announced_queues(self, pending: list[Notification], fired: int, batch: int) -> None:
         """[INFERENCE] The replicas trail the directory service that sent the notifications: a queue
         that a dropped notification names but no replica showed by the expiry is read as soon as one
         does, as an unresolved Event 1 would be (without an outcome of its own). A read already waiting
         covers it only if it waits beyond the expiry: the window ends 15 minutes after the last
         processing, the very instant a read made there gives up (UNRESOLVED_WAIT_MS)."""
-        for guid in sorted({g for b in briefs if not b.rejection for g in b.named}):
+        for guid in sorted({g for n in pending if not (n.version == 1 and self._v1_rejection(n))
+                            for g in _queues_named(n)}):
             if self._read(guid, fired, "queue") is not None or self._waits_beyond(guid, fired):
                 continue
             later = self._first_after(guid, fired, "queue")
@@ -754,66 +760,14 @@ class QueueManager:
 
     # ------------------------------------------------------------ records
     def _action(self, n: Notification) -> str:
-        return action_of(n)
+        if n.version == 2:
+            return EVENTS.get(n.event, f"event {n.event}")
+        return ", ".join(_v1_action(u) for u in n.updates) or "v1"
 
-    def _record(self, n, *, index: int = 0, action: str, guid, outcome: Result, reason, batch, now) -> None:
-        """An outcome of n: a Notification, or a refreshed batch's Brief of one."""
+    def _record(self, n: Notification, *, index: int = 0, action: str, guid, outcome: Result, reason, batch,
+                now) -> None:
         self.outcomes.append(Outcome(n.message_id, index, n.version, action, guid, outcome, reason, batch,
                                      n.arrival_ms, now))
-
-
-def v1_rejection(n: Notification) -> str | None:
-    """3.2.5.1: why a v1 message is disregarded whatever its batch (None: it is not)."""
-    if n.sender_identifier_type != "QueueManagerIdentifier":
-        return f"SenderIdentifierType {n.sender_identifier_type}, not QueueManagerIdentifier (3.2.5.1)"
-    if n.authentication_level in (None, "None"):
-        return "AuthenticationLevel None (3.2.5.1)"
-    for i, update in enumerate(n.updates):
-        command, props = update.command, update.props
-        if command in (Command.CREATE, Command.UPDATE):
-            kind = object_type_of(props[0][0]) if props else 0
-            if kind not in (MQDS_QUEUE, MQDS_MACHINE):
-                return f"update {i}: object type {kind} from PropertyId[0] is neither a queue nor a queue " \
-                       f"manager (3.2.5.1)"
-        elif command == Command.DELETE:
-            if len(props) < 2 or props[1][1] != MQDS_QUEUE:
-                return f"update {i}: delete of PropertyValue[1] = {props[1][1] if len(props) > 1 else None}, " \
-                       f"not MQDS_QUEUE (3.2.5.1)"
-        else:
-            return f"update {i}: Command {command} is not 0, 1 or 2"
-    return None
-
-
-def action_of(n: Notification) -> str:
-    """The notifications table's action: the v2 event, or the v1 commands, in words."""
-    if n.version == 2:
-        return EVENTS.get(n.event, f"event {n.event}")
-    return ", ".join(_v1_action(u) for u in n.updates) or "v1"
-
-
-class Brief(NamedTuple):
-    """What a batch that is refreshed (note <3>: 100 or more in one window) needs of a notification:
-    its outcome row and the queues it names, without the notification (its updates and body)."""
-    message_id: str
-    arrival_ms: int
-    version: int
-    action: str
-    object_guid: str | None
-    rejection: str | None               # 3.2.5.1 (v1): disregarded whatever the batch
-    named: tuple                        # the queue GUIDs it names (_queues_named)
-
-
-def brief(n: Notification) -> Brief:
-    rejection = v1_rejection(n) if n.version == 1 else None
-    return Brief(n.message_id, n.arrival_ms, n.version, action_of(n), n.object_guid, rejection,
-                 () if rejection else tuple(_queues_named(n)))
-
-
-def pending_briefs(pending) -> list[Brief]:
-    """The briefs of the pending notifications, in order: a store that keeps them apart gives them
-    (`briefs()`, the Spark adapter's: without reading the notifications), else made here."""
-    kept = getattr(pending, "briefs", None)
-    return kept() if kept is not None else [brief(n) for n in pending]
 
 
 def _queues_named(n: Notification) -> list[str]:

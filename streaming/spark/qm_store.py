@@ -11,9 +11,7 @@ written whole, every micro-batch sent all of it again.
                an object up (all of them only for a refresh), written when they changed
     qm_parts   MapState part number -> bytes, one of:
                - pending notifications (pickled): a part per micro-batch that added some, read only when
-                 something iterates them (the batching timer fires on fewer than the refresh threshold)
-                 and dropped with them; beside each, their briefs (notifications.Brief), all that a
-                 batch refreshed instead needs of them;
+                 something iterates them (the batching timer fires) and dropped with them;
                - rows waiting for the watermark (pickled): a part per micro-batch with its earliest event
                  time, read only once the watermark has passed one of its rows;
                - message ids seen in one minute of event time (a part per micro-batch and minute,
@@ -39,7 +37,7 @@ from array import array
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from ..operators.notification_input import Row, order, split
-from ..operators.notifications import MESSAGE_ID_HISTORY_MS, MINUTE, MessageIdHistory, QMState, brief
+from ..operators.notifications import MESSAGE_ID_HISTORY_MS, MINUTE, MessageIdHistory, QMState
 
 __all__ = ["encode_ids", "IdPart", "Layout", "LazyDirectory", "LazyPending", "message_hash", "QueueManagerStore", "StoredHistory",
            "StoredQueueManager"]
@@ -54,25 +52,13 @@ def _dump(value) -> bytes:
 
 
 class LazyPending:
-    """The pending notifications as the queue manager uses them (append, iterate, len, briefs): the
-    stored parts are read only when iterated, their briefs (brief_parts, beside them) when a
-    refreshed batch asks for them; what this call appended is kept apart."""
+    """The pending notifications as the queue manager uses them (append, iterate, len): the stored
+    parts are read only when iterated; what this call appended is kept apart."""
 
-    def __init__(self, parts: list[int], count: int, read_part, brief_parts: list | None = None):
+    def __init__(self, parts: list[int], count: int, read_part):
         self.parts, self.count, self.read_part = parts, count, read_part
-        self.brief_parts = brief_parts if brief_parts is not None and len(brief_parts) == len(parts) else None
         self.stored: list | None = None if parts else []
         self.appended: list = []
-
-    def briefs(self) -> list:
-        """notifications.Brief of each, in order; a layout without brief parts (an earlier version's)
-        reads the notifications."""
-        if self.brief_parts is None:
-            return [brief(n) for n in self]
-        out = []
-        for part, briefs in zip(self.parts, self.brief_parts):
-            out += self.read_part(briefs) if briefs is not None else [brief(n) for n in self.read_part(part)]
-        return out + [brief(n) for n in self.appended]
 
     def _all(self) -> list:
         if self.stored is None:
@@ -232,7 +218,6 @@ class Layout:
     next_part: int = 0
     pending: list = dataclasses.field(default_factory=list)        # part numbers, in order
     pending_count: int = 0
-    pending_briefs: list = dataclasses.field(default_factory=list)  # the briefs' part of each (None: none)
     held: list = dataclasses.field(default_factory=list)           # [part number, earliest event_ms]
     ids: list = dataclasses.field(default_factory=list)            # [minute start ms, part number], in order
 
@@ -264,8 +249,7 @@ class StoredQueueManager:
         st.directory = LazyDirectory(self.store.directory, st.directory)
         self.history = StoredHistory([IdPart(self._read(part, self._ids)) for _minute, part in self.layout.ids])
         self.pending = st.pending = LazyPending(list(self.layout.pending), self.layout.pending_count,
-                                                lambda part: pickle.loads(self._read(part, self._parts)),
-                                                self.layout.pending_briefs)
+                                                lambda part: pickle.loads(self._read(part, self._parts)))
         return st, self.history
 
     def _read(self, part: int, cache: dict) -> bytes:
@@ -350,18 +334,14 @@ class QueueManagerStore:
         if lazy is not None and pending is lazy:
             added = lazy.appended                   # only appended to: a part of its own
         else:                                       # replaced (a timer fired): written again whole
-            for part in layout.pending + [b for b in layout.pending_briefs if b is not None]:
+            for part in layout.pending:
                 self.parts.removeKey((part,))
-            layout.pending, layout.pending_count, layout.pending_briefs = [], 0, []
+            layout.pending, layout.pending_count = [], 0
             added = list(pending)
         if added:
-            if len(layout.pending_briefs) != len(layout.pending):     # an earlier version's layout
-                layout.pending_briefs = [None] * len(layout.pending)
-            part, briefs = layout.new_part(), layout.new_part()
+            part = layout.new_part()
             self.parts.updateValue((part,), (_dump(added),))
-            self.parts.updateValue((briefs,), (_dump([brief(n) for n in added]),))
             layout.pending.append(part)
-            layout.pending_briefs.append(briefs)
             layout.pending_count += len(added)
 
     def _save_ids(self, loaded: StoredQueueManager, watermark_ms: int) -> None:
