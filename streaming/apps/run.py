@@ -1,13 +1,15 @@
 """`dirstream run`: the long-running streaming job."""
 import argparse
 import logging
+import os
 import signal
 import sys
 import tempfile
 import time
 
-__all__ = ["cmd_run", "cn_settings", "DEFAULT_CHECKPOINT", "DEFAULT_SINK", "Observers", "OPERATORS_QUERY_NAME",
-           "RAW_TOPIC_PARTITIONS", "register", "StoppedWhileStarting", "StopRequests"]
+__all__ = ["cmd_run", "cn_settings", "default_log_file", "DEFAULT_CHECKPOINT", "DEFAULT_SINK", "local_checkpoint",
+           "Observers", "OPERATORS_QUERY_NAME", "RAW_TOPIC_PARTITIONS", "register", "skipped_offsets_log",
+           "StoppedWhileStarting", "StopRequests"]
 
 DEFAULT_SINK = "sqlite:///var/dirstream.db"
 DEFAULT_CHECKPOINT = "var/checkpoint"
@@ -68,7 +70,8 @@ def register(sub, add_kafka_arguments) -> None:
     run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                      help="extra Spark setting; repeatable")
     run.add_argument("--log-file", help="where Spark's, the Python workers' and the job's own log lines go "
-                                        "(default: dirstream-run.log beside the checkpoint folder)")
+                                        "(default: dirstream-run.log beside a local checkpoint folder, else in the "
+                                        "working directory)")
     run.add_argument("--log-format", choices=["auto", "rich", "plain"], default="auto",
                      help="the console: rich (a live table per query), plain (lines), auto (rich on a terminal)")
     run.add_argument("--metrics-port", type=int, default=METRICS_PORT,
@@ -138,7 +141,7 @@ def _run(args, stop: "StopRequests") -> int:
     from ..sinks import SinkError
 
     from .console import ConsoleHandler, JobConsole, capture_output
-    log_file = args.log_file or os.path.join(os.path.dirname(os.path.abspath(args.checkpoint)), "dirstream-run.log")
+    log_file = args.log_file or default_log_file(args.checkpoint)
     out, err = capture_output(log_file)
     fancy = args.log_format == "rich" or (args.log_format == "auto" and err.isatty())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -154,8 +157,9 @@ def _run(args, stop: "StopRequests") -> int:
         say(f"dirstream run: {problem}")
         return 2
     operators = not args.topics and not args.topic_pattern
-    earlier = topology.earlier_layout(args.checkpoint) if operators else None
-    if earlier:
+    local = local_checkpoint(args.checkpoint)
+    earlier = topology.earlier_layout(local) if operators and local else None
+    if earlier:                                 # a local folder is looked at before anything starts
         say(f"dirstream run: {earlier}")
         return 2
     try:
@@ -170,10 +174,9 @@ def _run(args, stop: "StopRequests") -> int:
     except (ValueError, RuntimeError) as exc:     # a bad --kafka-config, or Kafka refused its settings
         say(f"dirstream run: {exc}")
         return 2
-    os.makedirs(args.checkpoint, exist_ok=True)
     opts = source_options(args.bootstrap, settings_options,
                           args.topics.split(",") if args.topics else None, args.starting_offsets, args.max_records,
-                          not args.skip_data_loss, os.path.join(args.checkpoint, "raw-skipped-offsets.jsonl"))
+                          not args.skip_data_loss, skipped_offsets_log(args.checkpoint))
     if args.topic_pattern:
         opts.pop("topics")
         opts["topicPattern"] = args.topic_pattern
@@ -191,6 +194,13 @@ def _run(args, stop: "StopRequests") -> int:
              args.bootstrap, masked(args.sink), args.checkpoint, args.master)
     # the whole job's run writes the machine's class archive (a raw-only run would leave out the operators')
     spark = build_spark(args.master, conf=conf, write_class_archive=operators, pretouch=not args.once)
+    try:
+        earlier = topology.earlier_layout(args.checkpoint, spark) if operators and not local else None
+    except Exception as exc:                    # noqa: BLE001 -- py4j's: the filesystem's own message
+        return _checkpoint_failure(args.checkpoint, _java_message(exc), say)
+    if earlier:
+        say(f"dirstream run: {earlier}")
+        return 2
     stop.install()
     echo = lambda line: (log.info("%s", line), console.info(line))  # noqa: E731
     metrics = _serve_metrics(args, {"bootstrap.servers": args.bootstrap, **settings_options}, say)
@@ -202,7 +212,7 @@ def _run(args, stop: "StopRequests") -> int:
         observer=Observers(console, metrics[0] if metrics else None))
     spec = topology.query(operators)
     if args.once:
-        console.once_total = _records_to_read(opts, args.sink, job.checkpoint_of(spec))
+        console.once_total = _records_to_read(spark, opts, args.sink, job.checkpoint_of(spec))
     if operators:
         _record_operator_progress(spark, job)
         for topic, partitions in topology.internal_topics(job).items():
@@ -284,12 +294,12 @@ def _record_operator_progress(spark, job) -> None:
     from ..spark import topology
     from ..spark.pipeline import checkpoint_query_id
     from ..spark.progress import OperatorProgress
-    query_id = checkpoint_query_id(job.checkpoint_of(topology.JOB))
+    query_id = checkpoint_query_id(spark, job.checkpoint_of(topology.JOB))
     spark.streams.addListener(OperatorProgress(job.sink_url, {topology.JOB.name: f"{query_id}/operators"},
                                                job.observer, {topology.JOB.name: OPERATORS_QUERY_NAME}))
 
 
-def _records_to_read(opts: dict, sink_url: str, checkpoint: str) -> int | None:
+def _records_to_read(spark, opts: dict, sink_url: str, checkpoint: str) -> int | None:
     """How many records of the raw topics the job has not read yet (for --once's progress bar)."""
     from ..spark.kafka_offsets import EndOffsets
     from ..spark.kafka_source import client_conf
@@ -305,13 +315,57 @@ def _records_to_read(opts: dict, sink_url: str, checkpoint: str) -> int | None:
             offsets.close()
         sink = open_sink(sink_url)
         try:
-            last = sink.last_progress(checkpoint_query_id(checkpoint)) or {}
+            last = sink.last_progress(checkpoint_query_id(spark, checkpoint)) or {}
         finally:
             sink.close()
         done = parse_end_offsets(last.get("end_offsets"))
         return sum(max(end - max(done.get(tp, 0), lows[tp]), 0) for tp, end in ends.items())
     except Exception:          # noqa: BLE001 -- the bar is informative: never fail the run for it
         return None
+
+
+def local_checkpoint(checkpoint: str) -> str | None:
+    """The local folder a checkpoint names (a path or file:// URI), None for another filesystem's URI."""
+    scheme, found, rest = checkpoint.partition("://")
+    if not found:
+        return checkpoint
+    return rest if scheme == "file" else None
+
+
+def default_log_file(checkpoint: str) -> str:
+    """dirstream-run.log beside a local checkpoint folder; in the working directory when the
+    checkpoint is on another filesystem (hdfs://, s3a://, ...), where a log cannot be appended to."""
+    local = local_checkpoint(checkpoint)
+    if local is None:
+        return os.path.abspath("dirstream-run.log")
+    return os.path.join(os.path.dirname(os.path.abspath(local)), "dirstream-run.log")
+
+
+def skipped_offsets_log(checkpoint: str) -> str:
+    """Where the source logs the offsets --skip-data-loss passes over (summed into
+    pipeline_progress.skipped_offsets): in a local checkpoint folder, else in the working directory
+    (the source's process appends to it without Hadoop's filesystem)."""
+    local = local_checkpoint(checkpoint)
+    if local is None:
+        return os.path.abspath("dirstream-raw-skipped-offsets.jsonl")
+    return os.path.join(local, "raw-skipped-offsets.jsonl")
+
+
+def _checkpoint_failure(checkpoint: str, message: str, say) -> int:
+    """Exit 2 when no filesystem serves the checkpoint's scheme (a setting: its jars), else 1."""
+    if "No FileSystem for scheme" in message or "ClassNotFoundException" in message:
+        say(f"dirstream run: the checkpoint {checkpoint}: {message}; its filesystem's jars and settings go to "
+            f"Spark (--spark-conf spark.jars=..., docs/deploying.md)")
+        return 2
+    say(f"dirstream run: the checkpoint {checkpoint} cannot be reached: {message}")
+    return 1
+
+
+def _java_message(exc: Exception) -> str:
+    """The first line of a Java exception's message that py4j hands over."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
 def settings_error(args) -> str | None:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from . import RECORDS_PER_TASK
+from .checkpoint_folder import CheckpointFolder
 from .class_archive import ClassArchive
 from .decode import UNKNOWN
 from .kafka_offsets import EndOffsets
@@ -377,7 +378,7 @@ def start_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict, onc
     """The raw query. Its reading tasks decode every record and count (decode=summary); per_record
     sends every decoded row through Spark instead (decode=true: same tables, slower)."""
     data_loss_log = source_opts.get("dataLossLog")
-    writer = BatchWriter(sink_url, source_opts, checkpoint_query_id(checkpoint), data_loss_log, echo)
+    writer = BatchWriter(sink_url, source_opts, checkpoint_query_id(spark, checkpoint), data_loss_log, echo)
     writer.sink  # open (and create tables) before starting, so a bad URL fails fast
     if records_per_task:
         source_opts = {**source_opts, "maxRecordsPerPartition": str(records_per_task)}
@@ -405,15 +406,6 @@ def parse_end_offsets(value) -> dict[tuple[str, int], int]:
     return out
 
 
-def checkpoint_query_id(checkpoint: str) -> str:
-    """A stable id for the query of this checkpoint: batch ids restart at 0 with a new checkpoint,
-    so the sinks key their exactly-once markers by (query id, batch id)."""
-    import uuid
-    os.makedirs(checkpoint, exist_ok=True)
-    path = os.path.join(checkpoint, "dirstream-query-id")
-    if not os.path.exists(path):
-        with open(path + ".tmp", "w") as fh:
-            fh.write(str(uuid.uuid4()))
-        os.replace(path + ".tmp", path)
-    with open(path) as fh:
-        return fh.read().strip()
+def checkpoint_query_id(spark, checkpoint: str) -> str:
+    """A stable id for the query of this checkpoint (streaming.spark.checkpoint_folder)."""
+    return CheckpointFolder(spark, checkpoint).query_id()

@@ -9,6 +9,7 @@ With --topics or --topic-pattern the raw query alone runs (counts and dead lette
 import os
 from dataclasses import dataclass, field
 
+from .checkpoint_folder import CheckpointFolder
 from ..wire.topics import OUTBOUND_TOPIC, SOURCE_TOPICS, TOPICS
 
 __all__ = ["EARLIER_LAYOUT", "earlier_layout", "internal_topics", "JOB", "JobSettings", "query", "QuerySpec",
@@ -58,10 +59,15 @@ def query(operators: bool = True) -> QuerySpec:
     return JOB if operators else RAW
 
 
-def earlier_layout(checkpoint: str) -> str | None:
+def earlier_layout(checkpoint: str, spark=None) -> str | None:
     """The message that stops `dirstream run` when the checkpoint holds the four queries of an
-    earlier version (None if it does not): their state cannot become the one query's."""
-    found = [f for f in EARLIER_LAYOUT if os.path.isdir(os.path.join(checkpoint, f))]
+    earlier version (None if it does not): their state cannot become the one query's. With Spark,
+    through its filesystem (any URI); without, a local folder."""
+    if spark is None:
+        found = [f for f in EARLIER_LAYOUT if os.path.isdir(os.path.join(checkpoint, f))]
+    else:
+        folder = CheckpointFolder(spark, checkpoint)
+        found = [f for f in EARLIER_LAYOUT if folder.holds_folder(f)]
     if not found:
         return None
     return (f"the checkpoint {checkpoint} was written by an earlier version of the job (four queries: "
