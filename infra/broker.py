@@ -21,6 +21,8 @@ from base64 import urlsafe_b64encode
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import maven
+
 __all__ = ["answers", "BrokerError", "BrokerStatus", "DEFAULT_BOOTSTRAP", "DEFAULT_HEAP", "DEFAULT_HOST",
            "DEFAULT_PORT", "default_state_dir", "EmbeddedBroker", "fetch_jars", "free_port", "jar_cache",
            "java_binary", "java_major", "JAVA_MINIMUM", "KAFKA_VERSION"]
@@ -32,20 +34,6 @@ DEFAULT_HEAP = "768m"
 KAFKA_VERSION = "4.4.0"
 # Kafka 4 logs through SLF4J 1.7; this binding routes it to log4j2, configured by `_LOG4J2`.
 _LOG4J2_BINDING = ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.5")
-
-_POM = """<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>msmq-dirstream</groupId>
-  <artifactId>embedded-kafka</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{kafka}</version></dependency>
-    <dependency><groupId>{0}</groupId><artifactId>{1}</artifactId><version>{2}</version></dependency>
-  </dependencies>
-</project>
-"""
 
 _LOG4J2 = """status = error
 appender.out.type = Console
@@ -73,35 +61,22 @@ def default_state_dir() -> Path:
 
 def jar_cache() -> Path:
     """Where the Kafka jars are kept ($DIRSTREAM_KAFKA_JARS, else ~/.cache/msmq-dirstream/kafka-<version>)."""
-    override = os.environ.get("DIRSTREAM_KAFKA_JARS")
-    if override:
-        return Path(override)
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "msmq-dirstream" / f"kafka-{KAFKA_VERSION}"
+    return maven.cache_folder("DIRSTREAM_KAFKA_JARS", f"kafka-{KAFKA_VERSION}")
 
 
 def fetch_jars(cache: Path | None = None) -> Path:
     """The Kafka jars, fetched once from Maven Central with Maven; later calls return the cache."""
     cache = Path(cache or jar_cache())
-    if (cache / ".complete").exists():
-        return cache
-    mvn = shutil.which("mvn")
-    if mvn is None:
+    pom = maven.pom("embedded-kafka", [maven.dependency(f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}"),
+                                       maven.dependency(":".join(_LOG4J2_BINDING))])
+    try:
+        return maven.fetch(cache, pom, KAFKA_VERSION)
+    except maven.MavenMissing:
         raise BrokerError(f"the Kafka jars are not in {cache} and Maven (mvn) is not installed to fetch them: "
                           "install Maven (apt-get install maven) or point DIRSTREAM_KAFKA_JARS at a folder "
-                          f"holding kafka_2.13-{KAFKA_VERSION}.jar and its dependencies")
-    work = cache.with_name(cache.name + ".fetch")
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "pom.xml").write_text(_POM.format(*_LOG4J2_BINDING, kafka=KAFKA_VERSION))
-    done = subprocess.run([mvn, "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
-                           f"-DoutputDirectory={cache}", "-DincludeScope=runtime"],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise BrokerError(f"fetching Kafka {KAFKA_VERSION} from Maven Central failed:\n"
-                          f"{(done.stdout + done.stderr).strip()[-2000:]}")
-    (cache / ".complete").write_text(KAFKA_VERSION + "\n")
-    shutil.rmtree(work, ignore_errors=True)
-    return cache
+                          f"holding kafka_2.13-{KAFKA_VERSION}.jar and its dependencies") from None
+    except maven.MavenFailed as exc:
+        raise BrokerError(f"fetching Kafka {KAFKA_VERSION} from Maven Central failed:\n{exc}") from None
 
 
 JAVA_MINIMUM = 17          # Spark 4 and Kafka 4's broker (Debian's default-jre-headless: 17 on 12, 21 on 13)
