@@ -70,6 +70,19 @@ def test_run_refuses_a_checkpoint_of_the_four_query_job_with_one_line_and_writes
     assert sorted(p.relative_to(checkpoint) for p in checkpoint.rglob("*")) == before
 
 
+def test_run_with_a_sink_that_does_not_answer_says_so_in_one_line_and_exits_1(tmp_path):
+    """A sink not answering is the machine's (a service manager starts the job again later: exit 1);
+    found before Kafka's waits and Spark."""
+    done = subprocess.run([str(Path(sys.executable).parent / "dirstream"), "run", "--bootstrap", "127.0.0.1:1",
+                           "--checkpoint", str(tmp_path / "ckpt"), "--sink", "postgresql://nobody@127.0.0.1:1/none",
+                           "--metrics-port", "0", "--log-format", "plain"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "cannot open PostgreSQL sink" in line]
+    assert len(said) == 1 and "Connection refused" in said[0] and "accepting TCP/IP connections" in said[0]
+    assert len((done.stdout + done.stderr).strip().splitlines()) == 2          # the log's path, then why
+    assert not (tmp_path / "ckpt").exists()
+
+
 def test_run_without_java_says_so_in_one_line_and_writes_nothing(tmp_path):
     """Spark runs on Java: without one, `dirstream run` says what to install (not PySpark's
     traceback about its gateway) and exits 1 (the machine's, not a setting) before Kafka or the sink."""

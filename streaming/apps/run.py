@@ -174,6 +174,10 @@ def _run(args, stop: "StopRequests") -> int:
     except (ValueError, RuntimeError) as exc:     # a bad --kafka-config, or Kafka refused its settings
         say(f"dirstream run: {exc}")
         return 2
+    problem = _sink_problem(args.sink)
+    if problem:                                 # before Kafka's waits and Spark: a sink that cannot be opened
+        say(f"dirstream run: {problem}")
+        return 1 if problem.environment else 2
     opts = source_options(args.bootstrap, settings_options,
                           args.topics.split(",") if args.topics else None, args.starting_offsets, args.max_records,
                           not args.skip_data_loss, skipped_offsets_log(args.checkpoint))
@@ -231,7 +235,7 @@ def _run(args, stop: "StopRequests") -> int:
         except (SourceError, SinkError, ValueError) as exc:
             console.stop()
             say(f"dirstream run: {exc}")
-            return 2
+            return 1 if getattr(exc, "environment", False) else 2
         rc, _stopped = _supervise([query], log, say, stop)
     finally:
         console.stop()
@@ -384,6 +388,16 @@ def settings_error(args) -> str | None:
         parse_trigger(args.trigger)
     except ValueError as exc:                       # it names the flag
         return str(exc)
+    return None
+
+
+def _sink_problem(url: str):
+    """The SinkError opening the sink raises (None: it opens, its tables made)."""
+    from ..sinks import SinkError, open_sink
+    try:
+        open_sink(url).close()
+    except SinkError as exc:
+        return exc
     return None
 
 

@@ -14,7 +14,8 @@ class PostgresSink(Sink):
         try:
             return psycopg.connect(self.url.replace("postgres://", "postgresql://", 1), connect_timeout=10)
         except psycopg.OperationalError as exc:
-            raise SinkError(f"cannot open PostgreSQL sink {masked(self.url)}: {exc}") from None
+            said = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())    # one line
+            raise SinkError(f"cannot open PostgreSQL sink {masked(self.url)}: {said}", _unreachable(exc)) from None
 
     def _transaction(self):
         return _PostgresTransaction(self.conn)
@@ -38,3 +39,9 @@ class _PostgresTransaction:
 
     def __exit__(self, *exc):
         return self.tx.__exit__(*exc)
+
+
+def _unreachable(exc) -> bool:
+    """The server was not reached (refused, timed out, no route): what the server itself refuses (a
+    password, a role, a database) carries an SQLSTATE, and a password libpq lacks is named."""
+    return getattr(exc, "sqlstate", None) is None and "password" not in str(exc).lower()

@@ -11,7 +11,11 @@ __all__ = ["Sink", "SinkError", "noting_series"]
 
 
 class SinkError(RuntimeError):
-    pass
+    """environment: the sink did not answer (the machine's, not a setting: starting again may help)."""
+
+    def __init__(self, message: str, environment: bool = False):
+        super().__init__(message)
+        self.environment = environment
 
 
 log = logging.getLogger("dirstream.sink")
@@ -68,7 +72,7 @@ class Sink:
                     if waited >= wait_s:
                         raise SinkError(f"the {self.dialect} sink {masked(self.url)} did not answer for {waited:.0f} s "
                                         f"({first_line(exc)}); start it, then run the job again: it resumes from its "
-                                        f"checkpoint") from None
+                                        f"checkpoint", environment=True) from None
                     if waited - said >= SAY_EVERY_S:
                         said = waited
                         log.warning("the sink %s does not answer (%s): micro-batch %s of %s waits, retrying every "
