@@ -7,7 +7,8 @@ heap, waits until the broker answers Kafka metadata requests, and records its pi
 (SIGTERM, a controlled shutdown, then SIGKILL); `status` says whether it runs and answers. The logs
 live on disk, so a restarted broker keeps its topics and records. `security="sasl_ssl"` gives it a
 SASL_SSL listener instead of PLAINTEXT (infra/broker_security.py); the state directory remembers
-the choice made when it was formatted.
+the choice made when it was formatted. `acls=True` (with sasl_ssl) also runs KRaft's
+StandardAuthorizer: only the admin user may do anything until ACLs are granted (`add_user`, `grant`).
 """
 import os
 import re
@@ -132,8 +133,10 @@ class BrokerStatus:
 
 class EmbeddedBroker:
     def __init__(self, state_dir: Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 heap: str = DEFAULT_HEAP, security: str | None = None):
-        """security: plaintext or sasl_ssl; None: as the state directory was formatted (else plaintext)."""
+                 heap: str = DEFAULT_HEAP, security: str | None = None, acls: bool = False):
+        """security: plaintext or sasl_ssl; None: as the state directory was formatted (else plaintext).
+        acls: enforce Kafka's ACLs (StandardAuthorizer); needs sasl_ssl, whose users they name. Not kept
+        in the state directory: a start without it runs without the authorizer."""
         self.state_dir = Path(state_dir or default_state_dir())
         self.host, self.port, self.heap = host, port, heap
         recorded = self._security_file.read_text().strip() if self._security_file.exists() else None
@@ -141,6 +144,9 @@ class EmbeddedBroker:
             raise BrokerError(f"the broker in {self.state_dir} was formatted with --security {recorded}; "
                               f"use another --state-dir for {security}")
         self.security = security or recorded or "plaintext"
+        if acls and not self.secured:
+            raise BrokerError("ACLs need the sasl_ssl listener: its users are what they grant to")
+        self.acls = acls
 
     @property
     def _security_file(self) -> Path:
@@ -160,6 +166,29 @@ class EmbeddedBroker:
             return {}
         from .broker_security import read_client_properties
         return read_client_properties(self.client_properties)
+
+    def admin_options(self) -> dict[str, str]:
+        """A client of this secured broker as its admin user (a super user under the authorizer)."""
+        from .broker_security import ADMIN_USER
+        return {**self.client_options(), "sasl.username": ADMIN_USER, "sasl.password": self._secrets().admin_password}
+
+    def add_user(self, name: str, password: str, timeout: float = 30.0) -> dict[str, str]:
+        """A SCRAM user of the running secured broker (the admin's own request), once the broker takes
+        its credentials; returns the user's client options."""
+        from .broker_security import add_scram_user
+        add_scram_user(self.bootstrap, self.admin_options(), name, password)
+        options = {**self.client_options(), "sasl.username": name, "sasl.password": password}
+        deadline = time.monotonic() + timeout
+        while not answers(self.bootstrap, timeout=2.0, options=options):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"the broker did not take user {name}'s credentials within {timeout:.0f} s")
+            time.sleep(0.1)
+        return options
+
+    def grant(self, user: str, acls) -> None:
+        """Allow `user` the (operation, resource type, name, pattern) ACLs (broker_security.grant)."""
+        from .broker_security import grant
+        grant(self.bootstrap, self.admin_options(), user, acls)
 
     @property
     def bootstrap(self) -> str:
@@ -245,7 +274,7 @@ class EmbeddedBroker:
         except sec.SecurityError as exc:
             raise BrokerError(str(exc)) from None
         sec.write_client_properties(self.client_properties, sec.client_options(tls, secret))
-        return sec.listener_config(self.bootstrap, controller, tls, secret)
+        return sec.listener_config(self.bootstrap, controller, tls, secret) + (sec.AUTHORIZER if self.acls else [])
 
     def _secrets(self):
         from .broker_security import Secrets

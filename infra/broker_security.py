@@ -5,6 +5,9 @@ keytool; `tls/ca.pem` is what clients trust), two SCRAM-SHA-512 users created wh
 directory is formatted (`admin` for the broker's own connections, `dirstream` for the clients),
 and `client.properties`, the file to pass as `--kafka-config` (librdkafka names; the password is in
 that file only, mode 0600). The KRaft controller listener stays PLAINTEXT on loopback.
+
+With ACLs (`AUTHORIZER`), KRaft's StandardAuthorizer allows nothing that no ACL grants, except to
+the super users; `add_scram_user` and `grant` are the admin's requests that make users and ACLs.
 """
 import os
 import secrets
@@ -14,14 +17,20 @@ from dataclasses import dataclass
 from ipaddress import ip_address
 from pathlib import Path
 
-__all__ = ["ADMIN_USER", "client_options", "CLIENT_USER", "ensure_tls", "keytool", "listener_config", "MECHANISM",
-           "read_client_properties", "scram_format_arguments", "Secrets", "SECURITY_MODES", "SecurityError",
-           "write_client_properties", "write_private"]
+__all__ = ["ADMIN_TIMEOUT_S", "add_scram_user", "ADMIN_USER", "AUTHORIZER", "client_options", "CLIENT_USER",
+           "ensure_tls", "grant", "keytool", "listener_config", "MECHANISM", "read_client_properties",
+           "scram_format_arguments", "Secrets", "SECURITY_MODES", "SecurityError", "write_client_properties",
+           "write_private"]
 
 MECHANISM = "SCRAM-SHA-512"
 CLIENT_USER = "dirstream"
 ADMIN_USER = "admin"
 SECURITY_MODES = ("plaintext", "sasl_ssl")
+# The admin is the broker's own principal on SASL_SSL; ANONYMOUS is the broker's on the PLAINTEXT
+# controller listener (loopback only), whose registration and heartbeats the controller authorizes.
+AUTHORIZER = ["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              f"super.users=User:{ADMIN_USER};User:ANONYMOUS"]
+ADMIN_TIMEOUT_S = 30.0
 
 
 class SecurityError(RuntimeError):
@@ -148,3 +157,37 @@ def read_client_properties(path: Path) -> dict[str, str]:
 def write_client_properties(path: Path, options: dict[str, str]) -> None:
     write_private(path, "# dirstream --kafka-config for the embedded broker's SASL_SSL listener\n"
                    + "".join(f"{k}={v}\n" for k, v in options.items()))
+
+
+def add_scram_user(bootstrap: str, admin: dict[str, str], name: str, password: str) -> None:
+    """A SCRAM-SHA-512 user (or a new password for one), asked for by the `admin` client options."""
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+    client = AdminClient({"bootstrap.servers": bootstrap, **admin})
+    upsert = UserScramCredentialUpsertion(name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                          password.encode())
+    for future in client.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=ADMIN_TIMEOUT_S)
+
+
+def grant(bootstrap: str, admin: dict[str, str], user: str, acls) -> None:
+    """Allow User:`user` each (operation, resource type, resource name[, pattern type]) of `acls`,
+    from any host, e.g. ("WRITE", "TOPIC", "msmq.dsrp.raw") or ("READ", "GROUP", "dirstream-", "PREFIXED");
+    returns once the broker's authorizer holds them (it learns them from the metadata log)."""
+    import time
+
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                       ResourcePatternType, ResourceType)
+    bindings = [AclBinding(ResourceType[kind.upper()], name, ResourcePatternType[(pattern or ["LITERAL"])[0].upper()],
+                           f"User:{user}", "*", AclOperation[operation.upper()], AclPermissionType.ALLOW)
+                for operation, kind, name, *pattern in acls]
+    client = AdminClient({"bootstrap.servers": bootstrap, **admin})
+    for future in client.create_acls(bindings).values():
+        future.result(timeout=ADMIN_TIMEOUT_S)
+    mine = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{user}", None,
+                            AclOperation.ANY, AclPermissionType.ANY)
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    while len(client.describe_acls(mine).result(timeout=ADMIN_TIMEOUT_S)) < len(set(bindings)):
+        if time.monotonic() > deadline:
+            raise SecurityError(f"the broker did not hold User:{user}'s ACLs within {ADMIN_TIMEOUT_S:.0f} s")
+        time.sleep(0.1)

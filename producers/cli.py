@@ -143,7 +143,7 @@ def _simulate(args) -> int:
 
 def _created_topics(settings: KafkaSettings, topics: dict[str, int]) -> None:
     """The topics that are missing, created, and said in one line (a single broker's factor)."""
-    created = ensure_topics(settings, topics)
+    created = ensure_topics(settings, topics, need="Write")
     if created:
         print(f"dirstream produce: created topic(s) {', '.join(sorted(created))} with {topics[created[0]]} partitions, "
               f"replication factor 1 and the broker's retention (`dirstream topics` creates them as a production "

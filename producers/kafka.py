@@ -6,15 +6,17 @@ from a properties file or `--kafka-option key=value`, translated for kafka-pytho
 """
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from streaming.wire.topics import OUTBOUND_TOPIC, PROTOCOL_HEADER, REJECTED_TOPIC, TOPICS  # noqa: F401  (re-exported)
+from streaming.wire.topics import acl_refused
 
-__all__ = ["check_reachable", "CLIENTS", "ConfluentPublisher", "DELIVERY_TIMEOUT_MS", "ensure_topics",
-           "KafkaPythonPublisher", "KafkaSecurityError", "KafkaSettings", "KafkaUnavailable", "OUTBOUND_TOPIC",
-           "PROTOCOL_HEADER", "Publisher", "publisher", "REACH_TIMEOUT_S", "read_properties", "REJECTED_TOPIC",
-           "security_refusal", "TOPICS"]
+__all__ = ["AUTHORIZATION_FAILED", "check_reachable", "CLIENTS", "ConfluentPublisher", "DELIVERY_TIMEOUT_MS",
+           "ensure_topics", "KafkaAclError", "KafkaPythonPublisher", "KafkaSecurityError", "KafkaSettings",
+           "KafkaUnavailable", "OUTBOUND_TOPIC", "PROTOCOL_HEADER", "Publisher", "publisher", "REACH_TIMEOUT_S",
+           "read_properties", "refused", "REJECTED_TOPIC", "security_refusal", "TOPICS"]
 REACH_TIMEOUT_S = 5.0
 # librdkafka retries a record until this long after it was produced: a broker restart or a short
 # outage is waited out; what is still unconfirmed then is reported by Publisher.close().
@@ -37,6 +39,14 @@ class KafkaUnavailable(RuntimeError):
 
 class KafkaSecurityError(KafkaUnavailable):
     """The broker answered but refused this client's security settings: retrying cannot help."""
+
+
+class KafkaAclError(KafkaSecurityError):
+    """The broker's authorizer refused an operation: an ACL is missing (the message names it)."""
+
+
+# librdkafka's codes of TOPIC_, GROUP_ and CLUSTER_AUTHORIZATION_FAILED
+AUTHORIZATION_FAILED = {29: "topic", 30: "group", 31: "cluster"}
 
 
 @dataclass
@@ -69,6 +79,11 @@ class KafkaSettings:
             conf[name] = int(value) if name in ("linger_ms", "request_timeout_ms") else value
         conf.update(extra)
         return conf
+
+
+def refused(settings: KafkaSettings, operation: str, resource: str, name: str, note: str = "") -> KafkaAclError:
+    """The error naming the ACL the authorizer refused to the user of these settings."""
+    return KafkaAclError(acl_refused(settings.options.get("sasl.username"), operation, resource, name, note))
 
 
 def read_properties(path: str) -> dict[str, str]:
@@ -188,24 +203,41 @@ def _refusing(bootstrap: str) -> str | None:
     return "; ".join(reasons)
 
 
-def ensure_topics(settings: KafkaSettings, topics: dict[str, int]) -> list[str]:
-    """Create the topics that are missing, with the given partition counts; returns those created."""
-    from confluent_kafka import KafkaException
+def ensure_topics(settings: KafkaSettings, topics: dict[str, int], need: str = "Describe") -> list[str]:
+    """Create the topics that are missing, with the given partition counts; returns those created.
+    need: the ACL the caller needs on them (Read, Write), named when the authorizer hides a topic."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
     check_reachable(settings)
     admin = AdminClient(settings.confluent())
     existing = admin.list_topics(timeout=REACH_TIMEOUT_S).topics
     missing = [NewTopic(t, partitions, 1) for t, partitions in topics.items() if t not in existing]
-    created = []
+    created, hidden = [], []
     for topic, future in (admin.create_topics(missing) if missing else {}).items():
         try:
             future.result(timeout=10)
             created.append(topic)
         except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            code = exc.args[0].code() if exc.args else None
+            if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:   # not seen: missing, or hidden from this user
+                raise refused(settings, need, "topic", topic, " (or Create on it, if it does not exist yet)") from None
+            if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                hidden.append(topic)
+            else:
                 raise KafkaUnavailable(f"cannot create topic {topic}: {exc}") from None
     _wait_for_metadata(admin, created)
+    _check_visible(settings, admin, hidden, need)
     return created
+
+
+def _check_visible(settings: KafkaSettings, admin, topics: list[str], need: str) -> None:
+    """Topics that exist but were not listed: created meanwhile by another client, or hidden by the
+    authorizer from a user without Describe (which Read and Write include)."""
+    if topics:
+        listed = admin.list_topics(timeout=REACH_TIMEOUT_S).topics
+        for topic in topics:
+            if topic not in listed:
+                raise refused(settings, need, "topic", topic)
 
 
 def _wait_for_metadata(admin, topics: list[str], timeout: float = 10.0) -> None:
@@ -220,16 +252,25 @@ def _wait_for_metadata(admin, topics: list[str], timeout: float = 10.0) -> None:
 class Publisher:
     """Sends records and counts confirmed deliveries; close() flushes and reports failures."""
 
-    def __init__(self):
+    def __init__(self, settings: KafkaSettings):
         self.sent = 0
         self.delivered = 0
         self.failures: list[str] = []
+        self.settings = settings
+        self.refused_topic: str | None = None      # a topic the authorizer does not let us write to
 
-    def _on_result(self, error) -> None:
+    def _on_result(self, error, topic: str | None = None) -> None:
         if error is None:
             self.delivered += 1
-        else:
-            self.failures.append(str(error))
+            return
+        self.failures.append(str(error))
+        if topic and _topic_refused(error):
+            self.refused_topic = topic
+
+    def _check_refused(self) -> None:
+        """Every record would fail alike: stop at the first one with the ACL to grant."""
+        if self.refused_topic is not None:
+            raise refused(self.settings, "Write", "topic", self.refused_topic)
 
     def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
         raise NotImplementedError
@@ -239,35 +280,74 @@ class Publisher:
 
     def close(self, timeout: float = DELIVERY_TIMEOUT_MS / 1000 + 10) -> None:
         self.flush(timeout)
+        self._check_refused()
         undelivered = self.sent - self.delivered - len(self.failures)
         if self.failures or undelivered:
             raise KafkaUnavailable(f"{len(self.failures)} records failed and {undelivered} were not confirmed "
                                    f"of {self.sent} sent" + (f"; first error: {self.failures[0]}" if self.failures else ""))
 
 
+def _client_logger() -> logging.Logger:
+    """librdkafka's log lines, on stderr as without a logger, but for the authorizer's refusals: the
+    publisher reports those itself, in one line that names the ACL."""
+    logger = logging.getLogger("dirstream.kafka.client")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.addFilter(lambda record: "authorization failed" not in record.getMessage().lower())
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
+def _topic_refused(error) -> bool:
+    """A delivery error of the authorizer's (confluent's KafkaError or kafka-python's exception)."""
+    code = error.code() if hasattr(error, "code") and callable(error.code) else None
+    return AUTHORIZATION_FAILED.get(code) == "topic" or type(error).__name__ == "TopicAuthorizationFailedError"
+
+
 class ConfluentPublisher(Publisher):
     def __init__(self, settings: KafkaSettings):
-        super().__init__()
+        super().__init__(settings)
         from confluent_kafka import Producer
         # idempotent: a record retried across a broker restart is written once, in order
         conf = {"linger.ms": 20, "message.timeout.ms": DELIVERY_TIMEOUT_MS, "enable.idempotence": True}
         conf.update(settings.confluent())              # the user's settings win (a longer message.timeout.ms)
         self.delivery_timeout_s = int(conf["message.timeout.ms"]) / 1000
-        self.producer = Producer(conf)
+        self.producer = Producer({"logger": _client_logger(), **conf})
+        self.topic = "(none yet)"
 
     def send(self, topic, key, value, headers):
-        while True:
-            try:
-                self.producer.produce(topic, value=value, key=key, headers=headers,
-                                      on_delivery=lambda err, _msg: self._on_result(err))
-                break
-            except BufferError:                          # local queue full: let deliveries drain
-                self.producer.poll(0.1)
-        self.sent += 1
-        self.producer.poll(0)
+        self.topic = topic
+        with self._refusals():
+            while True:
+                try:
+                    self.producer.produce(topic, value=value, key=key, headers=headers,
+                                          on_delivery=lambda err, msg: self._on_result(err, msg.topic()))
+                    break
+                except BufferError:                          # local queue full: let deliveries drain
+                    self.producer.poll(0.1)
+            self.sent += 1
+            self.producer.poll(0)
+        self._check_refused()
 
     def flush(self, timeout=60.0):
-        self.producer.flush(timeout)
+        with self._refusals():
+            self.producer.flush(timeout)
+        self._check_refused()
+
+    @contextmanager
+    def _refusals(self):
+        """An idempotent producer allowed to write to no topic is refused its producer id (a fatal
+        CLUSTER_AUTHORIZATION_FAILED): Write on the topic is what it lacks (or IdempotentWrite)."""
+        from confluent_kafka import KafkaError, KafkaException
+        try:
+            yield
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+                raise refused(self.settings, "Write", "topic", self.topic,
+                              " (or IdempotentWrite on the cluster)") from None
+            raise
 
     def close(self, timeout: float | None = None) -> None:
         super().close(self.delivery_timeout_s + 10 if timeout is None else timeout)
@@ -275,7 +355,7 @@ class ConfluentPublisher(Publisher):
 
 class KafkaPythonPublisher(Publisher):
     def __init__(self, settings: KafkaSettings):
-        super().__init__()
+        super().__init__(settings)
         from kafka import KafkaProducer
         from kafka.errors import KafkaError
         try:
@@ -290,8 +370,9 @@ class KafkaPythonPublisher(Publisher):
     def send(self, topic, key, value, headers):
         future = self.producer.send(topic, value=value, key=key, headers=headers)
         future.add_callback(lambda _md: self._on_result(None))
-        future.add_errback(self._on_result)
+        future.add_errback(lambda exc: self._on_result(exc, topic))
         self.sent += 1
+        self._check_refused()
 
     def flush(self, timeout=60.0):
         self.producer.flush(timeout)

@@ -17,9 +17,10 @@ from streaming.wire.propids import PROPIDS, propid
 from streaming.wire.propvariant import (VT_BLOB, VT_CLSID, VT_CLSID_VECTOR, VT_LPWSTR, VT_LPWSTR_VECTOR,
                                         VT_UI4_VECTOR)
 from streaming.wire.guid import GUID_NULL
-from streaming.wire.topics import RECORD_BODY_BYTES, TOPICS
+from streaming.wire.topics import RECORD_BODY_BYTES, RESPONDER_GROUP, TOPICS
 from streaming.wire.seqnum import MAX_SEQ_NUMBER, seq_from_hex
 
+from .kafka import AUTHORIZATION_FAILED, ensure_topics, refused
 from .truth import properties_from_json
 
 __all__ = ["Answer", "ANSWERED_IDS", "answering_between", "arrives_at", "Authorities", "CLOSE_TIMEOUT_S",
@@ -260,28 +261,57 @@ class Authorities:
         return Answer(dest, env)
 
 
-def latest_arrival_ms(settings, topic: str) -> int | None:
-    """The latest arrival time on the topic (its partitions' last records): "now" in event time."""
+def latest_arrival_ms(settings, topic: str, timeout_s: float = 5.0) -> int | None:
+    """The latest arrival time on the topic (its partitions' last records): "now" in event time. Read
+    with the responders' group, which they need anyway: the reader is assigned, it joins nothing."""
     from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer(settings.confluent(**{"group.id": "dirstream-responder-clock", "enable.auto.commit": False,
-                                              "fetch.wait.max.ms": 10}))
+    # what fails is raised below; no librdkafka chatter (a close during a connection's handshake logs one)
+    consumer = Consumer(settings.confluent(**{"group.id": RESPONDER_GROUP, "enable.auto.commit": False,
+                                              "fetch.wait.max.ms": 10, "log_level": 0}))
     latest = None
     try:
-        for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        if meta.error is not None and meta.error.code() in AUTHORIZATION_FAILED:
+            raise refused(settings, "Read", "topic", topic)
+        for p in meta.partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
             if high <= low:
                 continue
             consumer.assign([TopicPartition(topic, p, high - 1)])
-            msg = consumer.poll(5)
-            if msg is not None and msg.error() is None:
-                try:
-                    ms = millis(decode_envelope(msg.value())["arrival_time"])
-                except ValueError:
-                    continue
+            ms = _arrival_of_next(settings, consumer, timeout_s)
+            if ms is not None:
                 latest = ms if latest is None else max(latest, ms)
     finally:
         consumer.close()
     return latest
+
+
+def _arrival_of_next(settings, consumer, timeout_s: float) -> int | None:
+    """The arrival time of the next record the consumer reads (None: none, or undecodable); an
+    authorizer's refusal raises, other errors are waited past."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        msg = consumer.poll(max(deadline - time.monotonic(), 0.01))
+        if msg is None:
+            return None
+        error = msg.error()
+        if error is None:
+            try:
+                return millis(decode_envelope(msg.value())["arrival_time"])
+            except ValueError:
+                return None
+        _raise_if_refused(settings, error, msg.topic())
+    return None
+
+
+def _raise_if_refused(settings, error, topic: str | None) -> None:
+    """Refused on the group: the subscription needs Read on it (which includes the Describe of the
+    coordinator's lookup, where a group without any ACL is refused first)."""
+    resource = AUTHORIZATION_FAILED.get(error.code())
+    if resource == "group":
+        raise refused(settings, "Read", "group", RESPONDER_GROUP)
+    if resource == "topic":
+        raise refused(settings, "Read", "topic", topic or "(the topic)")
 
 
 def latest_arrival_on(settings, topics) -> int | None:
@@ -334,12 +364,10 @@ class OutboundRequests:
 
     def __init__(self, settings, authorities: Authorities, outbound_topic: str, from_beginning: bool = True):
         from confluent_kafka import Consumer
-
-        from .kafka import ensure_topics
-        self.authorities = authorities
-        ensure_topics(settings, {outbound_topic: 1})
+        self.authorities, self.settings = authorities, settings
+        ensure_topics(settings, {outbound_topic: 1}, need="Read")
         self.consumer = Consumer(settings.confluent(**{
-            "group.id": "dirstream-responder", "enable.auto.commit": True, "session.timeout.ms": 6000,
+            "group.id": RESPONDER_GROUP, "enable.auto.commit": True, "session.timeout.ms": 6000,
             "auto.offset.reset": "earliest" if from_beginning else "latest", "fetch.wait.max.ms": 50}))
         self.assigned = []
         self.consumer.subscribe([outbound_topic], on_assign=lambda _c, parts: self.assigned.extend(parts))
@@ -353,6 +381,7 @@ class OutboundRequests:
         out, now = [], None
         for record in batch:
             if record.error():
+                _raise_if_refused(self.settings, record.error(), record.topic())
                 if record.error().code() != KafkaError._PARTITION_EOF:
                     log.warning("consumer error: %s", record.error())
                 continue

@@ -419,7 +419,8 @@ def _create_missing_raw_topics(bootstrap: str, options: dict, log) -> None:
     the job starts, and reads it once producers publish there."""
     from producers.kafka import KafkaSettings, ensure_topics
     from ..wire.topics import TOPICS
-    created = ensure_topics(KafkaSettings(bootstrap, options), {t: RAW_TOPIC_PARTITIONS for t in TOPICS.values()})
+    created = ensure_topics(KafkaSettings(bootstrap, options), {t: RAW_TOPIC_PARTITIONS for t in TOPICS.values()},
+                            need="Read")
     if created:
         log.warning("raw topic(s) %s did not exist on %s: created them empty with %d partitions and replication "
                     "factor 1 (`dirstream topics` creates them as a production cluster needs)",
@@ -442,7 +443,7 @@ def _when_kafka_answers(call, bootstrap: str, stop: "StopRequests"):
 
 def _ensure_topic(bootstrap: str, options: dict, topic: str, partitions: int = 1) -> None:
     from producers.kafka import KafkaSettings, ensure_topics
-    ensure_topics(KafkaSettings(bootstrap, options), {topic: partitions})
+    ensure_topics(KafkaSettings(bootstrap, options), {topic: partitions}, need="Write")
 
 
 def _check_security(bootstrap: str, options: dict) -> None:

@@ -43,10 +43,13 @@ def register(sub, add_kafka_arguments) -> None:
 
 def cmd_topics(args) -> int:
     from confluent_kafka import KafkaException
-    from producers.kafka import KafkaSettings
+    from producers.kafka import KafkaAclError, KafkaSettings
     settings = KafkaSettings.from_args(args.bootstrap, args.kafka_config, args.kafka_option)
     try:
         return _topics(settings, recommended(args.partitions), args.replication_factor, args.check)
+    except KafkaAclError as exc:
+        print(f"dirstream topics: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except KafkaException as exc:
         print(f"dirstream topics: Kafka at {args.bootstrap} did not answer: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -61,14 +64,14 @@ def _topics(settings, wanted: dict, factor: int, check: bool) -> int:
     if missing and not check:
         futures = admin.create_topics([NewTopic(t, wanted[t][0], factor, config=dict(wanted[t][1])) for t in missing])
         for topic, future in futures.items():
-            future.result(timeout=TIMEOUT_S)
+            _allowed(settings, future, "Create", topic)
             print(f"{topic}: created: {_described(wanted[topic][0], factor, wanted[topic][1])}")
     else:
         for topic in missing:
             print(f"{topic}: missing (would be created: {_described(wanted[topic][0], factor, wanted[topic][1])})")
             differs += 1
     present = [t for t in wanted if t in metadata.topics]
-    for topic, settings_now in _settings(admin, present).items():
+    for topic, settings_now in _settings(settings, admin, present).items():
         parts = metadata.topics[topic].partitions
         now = (len(parts), len(parts[0].replicas) if parts else 0, settings_now)
         want = (wanted[topic][0], factor, wanted[topic][1])
@@ -79,13 +82,31 @@ def _topics(settings, wanted: dict, factor: int, check: bool) -> int:
     return EXIT_DIFFERS if differs else 0
 
 
-def _settings(admin, topics: list[str]) -> dict[str, dict[str, str]]:
+def _settings(settings, admin, topics: list[str]) -> dict[str, dict[str, str]]:
     from confluent_kafka.admin import ConfigResource, ResourceType
     if not topics:
         return {}
     futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in topics])
-    return {resource.name: {k: entry.value for k, entry in future.result(timeout=TIMEOUT_S).items()}
+    return {resource.name: {k: entry.value for k, entry in _allowed(settings, future, "DescribeConfigs",
+                                                                     resource.name).items()}
             for resource, future in futures.items()}
+
+
+def _allowed(settings, future, operation: str, topic: str):
+    """The admin request's result; the authorizer's refusal as the ACL to grant. A topic that exists
+    but was not listed is hidden from this user: Describe is what is missing."""
+    from confluent_kafka import KafkaError, KafkaException
+    from producers.kafka import refused
+    try:
+        return future.result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        code = exc.args[0].code() if exc.args else None
+        if code == KafkaError.TOPIC_ALREADY_EXISTS:
+            raise refused(settings, "Describe", "topic", topic) from None
+        if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            note = " (or Describe on it, if it exists already)" if operation == "Create" else ""
+            raise refused(settings, operation, "topic", topic, note) from None
+        raise
 
 
 def _differences(now: tuple, want: tuple) -> list[str]:

@@ -29,6 +29,7 @@ import time
 from confluent_kafka import Consumer, TopicPartition
 
 from ..wire.envelope import EnvelopeError, arrival_ms_of
+from ..wire.topics import JOB_GROUP
 from .kafka_offsets import BROKER_WAIT_S, READ_AHEAD, SourceError
 
 __all__ = ["aligned_cap", "ArrivalIndex", "FETCH_TIMEOUT_S", "FETCHED_KEPT", "IDLE_PARTITION_S", "log",
@@ -56,7 +57,7 @@ class ArrivalIndex:
     def consumer(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer({**READ_AHEAD, **self.conf,       # one record at a time: no 64 MB ahead
-                                       "group.id": self.conf.get("group.id", "dirstream-clock"),
+                                       "group.id": self.conf.get("group.id", JOB_GROUP),
                                        "enable.auto.commit": False, "fetch.wait.max.ms": 10,
                                        "log_level": self.conf.get("log_level", 0)})
         return self._consumer

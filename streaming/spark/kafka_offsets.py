@@ -5,6 +5,8 @@ import time
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from ..wire.topics import JOB_GROUP
+
 __all__ = ["BROKER_WAIT_S", "EndOffsets", "flatten", "log", "METADATA_TIMEOUT_S", "nest", "patiently",
            "READ_AHEAD", "RETRY_PAUSE_S", "SourceError", "TopicPartitions"]
 
@@ -85,7 +87,7 @@ class EndOffsets:
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer({**self.conf, "group.id": self.conf.get("group.id", "dirstream-offsets"),
+            self._consumer = Consumer({**self.conf, "group.id": self.conf.get("group.id", JOB_GROUP),
                                        "enable.auto.commit": False,
                                        # failures surface as SourceError; no librdkafka log chatter
                                        "fetch.wait.max.ms": 10, "log_level": self.conf.get("log_level", 0)})

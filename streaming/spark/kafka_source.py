@@ -41,7 +41,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from ..wire.topics import CAPTURE_HEADER, TOPICS
+from ..wire.topics import CAPTURE_HEADER, JOB_GROUP, TOPICS, acl_refused
 from .kafka_offsets import READ_AHEAD, EndOffsets, SourceError, flatten, nest
 
 __all__ = ["ARROW_BATCH_ROWS", "arrow_schema", "client_conf", "decoded_stream", "KafkaInputPartition",
@@ -306,7 +306,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return held["consumer"]
         try:
             records = _read_records(_assigned(held["consumer"], partition.topic, partition.partition, partition.start),
-                                    partition, renew)
+                                    partition, renew, self.conf)
             mode = self.options.get("decode", "false").lower()
             if mode == "summary":
                 from .decode import summarize_records
@@ -339,7 +339,7 @@ def _reading_consumer(key: tuple, conf: dict):
 
 def _new_consumer(conf: dict):
     from confluent_kafka import Consumer
-    return Consumer({**READ_AHEAD, **conf, "group.id": conf.get("group.id", "dirstream-source"),
+    return Consumer({**READ_AHEAD, **conf, "group.id": conf.get("group.id", JOB_GROUP),
                      "enable.auto.commit": False, "auto.offset.reset": "error",
                      "fetch.wait.max.ms": 10, "log_level": conf.get("log_level", 3)})
 
@@ -359,7 +359,7 @@ def _release_consumer(key: tuple, consumer, reusable: bool) -> None:
         consumer.close()
 
 
-def _read_records(consumer, part: KafkaInputPartition, renew=None):
+def _read_records(consumer, part: KafkaInputPartition, renew=None, conf: dict | None = None):
     """(offset, timestamp in us or None, key, value, capture position or None) of every record in
     the partition's range. renew(position): a fresh client assigned there, asked for after
     RENEW_AFTER_S without a record (a client that saw the broker restart under it fetched nothing
@@ -380,8 +380,9 @@ def _read_records(consumer, part: KafkaInputPartition, renew=None):
         for msg in batch:
             err = msg.error()
             if err is not None:
-                if err.code() == -191:          # _PARTITION_EOF is off; anything else is real
+                if err.code() in (-191, 30):     # _PARTITION_EOF is off; GROUP_AUTHORIZATION_FAILED: see below
                     continue
+                _raise_if_refused(err, part, conf or {})
                 raise SourceError(f"reading {part.topic}[{part.partition}] at {position} failed: {err.str()}")
             offset = msg.offset()
             if offset >= part.end:
@@ -391,6 +392,14 @@ def _read_records(consumer, part: KafkaInputPartition, renew=None):
             position = offset + 1
         if batch:
             last_data = time.monotonic()
+
+
+def _raise_if_refused(err, part: KafkaInputPartition, conf: dict) -> None:
+    """An authorizer's refusal of the topic as the ACL to grant. (The group's is not one: librdkafka
+    looks up the coordinator of any consumer's group, once, and reports its refusal as an error
+    record, but a reader assigned its partition that commits nothing never uses the group.)"""
+    if err.code() == 29:                # TOPIC_AUTHORIZATION_FAILED
+        raise SourceError(acl_refused(conf.get("sasl.username"), "Read", "topic", part.topic))
 
 
 def _capture(msg) -> str | None:
