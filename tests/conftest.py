@@ -207,7 +207,8 @@ def simulate(bootstrap: str, tmp_path, *args) -> tuple[dict, dict]:
 # that need only a broker or a database (the modules below: producers, captures, topics, the sinks'
 # own tests) run one after the other in a second group, beside the Spark tests, as the pure-Python
 # tests do; that worker starts its own broker and database. A test that starts Spark belongs in a
-# module outside SPARK_FREE_MODULES.
+# module outside SPARK_FREE_MODULES, or is marked starts_spark (a test that runs `dirstream run` beside
+# services of its own module).
 SERVICE_FIXTURES = {"spark", "kafka_broker", "broker", "secured", "postgres_server", "pg_url", "own_postgres"}
 SPARK_MODULES = {"test_soak.py", "test_distributed.py"}      # they start their own broker and job
 SPARK_FREE_MODULES = {"test_capture.py", "test_clock.py", "test_console.py", "test_docs.py", "test_producers.py",
@@ -217,7 +218,7 @@ SPARK_FREE_MODULES = {"test_capture.py", "test_clock.py", "test_console.py", "te
 def serial_group(item) -> str | None:
     """The xdist group an item runs in: "spark", "services" or none (any worker, in parallel)."""
     fixtures = set(getattr(item, "fixturenames", ()))
-    if "spark" in fixtures or item.path.name in SPARK_MODULES:
+    if "spark" in fixtures or item.path.name in SPARK_MODULES or item.get_closest_marker("starts_spark"):
         return "spark"
     if SERVICE_FIXTURES & fixtures:
         return "services" if item.path.name in SPARK_FREE_MODULES else "spark"
@@ -230,6 +231,10 @@ def pytest_collection_modifyitems(config, items):
         group = serial_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "starts_spark: the test runs a Spark job (the serial Spark group)")
 
 
 def pytest_collection_finish(session):

@@ -262,7 +262,8 @@ def test_the_jobs_kafka_clients_work_with_runs_documented_acls_which_name_no_gro
     assert _job_clients_read(kafka, tmp_path, "run-clients", ACLS["dirstream run"]) > 0
 
 
-# ---------------------------------------------------------------- the job (Spark: the lead runs these)
+# ---------------------------------------------------------------- the job (Spark: the serial Spark group)
+@pytest.mark.starts_spark
 def test_spark_run_and_verify_with_their_documented_acls(kafka, tmp_path):
     """SPARK: on topics made anew (the other tests' answers to made-up requests are not the
     enterprise's), traffic published by `simulate`, then `run --once` as a user holding exactly
@@ -323,6 +324,7 @@ SPARK_REFUSALS = {
 }
 
 
+@pytest.mark.starts_spark
 @pytest.mark.parametrize("case", sorted(SPARK_REFUSALS))
 def test_spark_run_stops_with_one_line_that_names_a_missing_acl(kafka, simulated, tmp_path, case):
     """SPARK: `run --once` one ACL short fails with the ACL named once, no traceback."""
