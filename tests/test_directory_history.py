@@ -153,7 +153,7 @@ def test_closing_a_version_looks_up_the_objects_open_row_in_an_index(tmp_path):
     sink = open_sink(f"sqlite:///{path}")
     sink.close()
     conn = sqlite3.connect(path)
-    plan = conn.execute("EXPLAIN QUERY PLAN " + sink._successor_sql(DIRECTORY_HISTORY), ("s", "g")).fetchall()
+    plan = conn.execute("EXPLAIN QUERY PLAN " + sink._successor_sql(DIRECTORY_HISTORY), ("s", "g", 7)).fetchall()
     assert "USING INDEX directory_history_open" in plan[0][3], plan
     conn.execute("DROP INDEX directory_history_open")
     conn.commit()

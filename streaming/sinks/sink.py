@@ -2,12 +2,13 @@
 in one transaction with its marker (idempotent), a lost connection waited for, rows read back."""
 import logging
 import time
+from collections import Counter
 
 from .outage import OUTAGE, RETRY_S, SAY_EVERY_S, WAIT_S
 from .tables import SINK_BATCHES, SQL_TYPES, TABLES, Table, open_rows_index
 from .values import as_datetime, first_line, json_text, masked, raw_bytes, utcnow
 
-__all__ = ["Sink", "SinkError", "noting_series"]
+__all__ = ["closed_in_batch", "once_per_key", "Sink", "SinkError"]
 
 
 class SinkError(RuntimeError):
@@ -28,6 +29,7 @@ class Sink:
     def __init__(self, url: str, create: bool = True):
         self.url = url
         self._builders: dict = {}
+        self.upserts: Counter = Counter()       # statements' parameter rows executed, by table (the benchmark's)
         self.conn = self._connect()
         if create:
             self.ensure_schema()
@@ -108,17 +110,23 @@ class Sink:
                 return False
             for name, table_rows in rows.items():
                 if table_rows:
-                    t = TABLES[name]
-                    series: set = set()
-                    values = self._typed_values(t, table_rows) if hasattr(table_rows, "batches") else \
-                        map(self._row_builder(t), table_rows)
-                    if t.successor:
-                        values = noting_series(values, t, series)
-                    cur.executemany(self._upsert_sql(t), values)
-                    if series:
-                        cur.executemany(self._successor_sql(t), sorted(series))
+                    self._write_table(cur, TABLES[name], table_rows)
             cur.execute(self._upsert_sql(SINK_BATCHES), (query_id, batch_id, self._value("timestamp", utcnow())))
         return True
+
+    def _write_table(self, cur, t: Table, table_rows) -> None:
+        """One table's rows of a batch, each key once (as the rows one by one would leave it), and a
+        successor table's rows with the ends the batch itself gives them."""
+        values = self._typed_values(t, table_rows) if hasattr(table_rows, "batches") else \
+            map(self._row_builder(t), table_rows)
+        values = once_per_key(values, t)
+        closing = ()
+        if t.successor:
+            values, closing = closed_in_batch(values, t)
+        cur.executemany(self._upsert_sql(t), values)
+        if closing:
+            cur.executemany(self._successor_sql(t), closing)
+        self.upserts[t.name] += len(values) + len(closing)
 
     def _upsert_sql(self, t: Table) -> str:
         names = t.column_names
@@ -139,12 +147,14 @@ class Sink:
         return f"INSERT INTO {t.name} ({', '.join(names)}) VALUES ({marks}) {conflict} {action}"
 
     def _successor_sql(self, t: Table) -> str:
-        """Close the open rows of one series: each takes the start of the series' next row (if any)."""
+        """Close the stored open rows of one series that come before the batch's first row of it (its
+        parameters: closed_in_batch's): each takes the start of the series' next row."""
         ends, starts, series, order = t.successor
         same = " AND ".join(f"n.{c} = {t.name}.{c}" for c in series)
         where = " AND ".join(f"{c} = {self.placeholder}" for c in series)
         return (f"UPDATE {t.name} SET {ends} = (SELECT n.{starts} FROM {t.name} AS n WHERE {same} AND "
-                f"n.{order} > {t.name}.{order} ORDER BY n.{order} LIMIT 1) WHERE {where} AND {ends} IS NULL")
+                f"n.{order} > {t.name}.{order} ORDER BY n.{order} LIMIT 1) WHERE {where} AND {ends} IS NULL "
+                f"AND +{order} < {self.placeholder}")      # unary +: the open rows' index, not the key's range
 
     def _row_builder(self, t: Table):
         """A function from a row dict to the table's parameter list: each column's value fetched in
@@ -209,9 +219,41 @@ class Sink:
         self.conn.close()
 
 
-def noting_series(values, t: Table, series: set):
-    """The values as they pass, noting each row's series (Table.successor)."""
-    at = [t.column_names.index(c) for c in t.successor[2]]
+def once_per_key(values, t: Table) -> list:
+    """A batch's parameter rows with each key once, leaving the table as executing them all in order
+    would: the first of a key where a stored row is kept (insert), the last where each row replaces
+    the stored one whole (replace without per-column rules). Other tables' rows pass as they are."""
+    keep_first = t.mode == "insert"
+    if not keep_first and (t.mode != "replace" or t.keep_min or t.keep_max or t.first_by):
+        return list(values)
+    names = t.column_names
+    at = [names.index(c) for c in t.key]
+    kept: dict = {}
     for v in values:
-        series.add(tuple(v[i] for i in at))
-        yield v
+        key = tuple(v[i] for i in at)
+        if not keep_first or key not in kept:
+            kept[key] = v
+    return list(kept.values())
+
+
+def closed_in_batch(values: list, t: Table) -> tuple[list, list]:
+    """A successor table's rows (each key once) with their ends set where the series' next row is in
+    the batch, and for each series (its columns, then its first order in the batch) the update that
+    closes the stored row before it. A series' rows in a batch all come after its stored ones
+    (directory_history: a replica numbers its versions with a running count)."""
+    ends, starts, series, order = t.successor
+    names = t.column_names
+    ends_at, starts_at, order_at = names.index(ends), names.index(starts), names.index(order)
+    series_at = [names.index(c) for c in series]
+    rows = [list(v) for v in values]
+    by_series: dict[tuple, list] = {}
+    for row in rows:
+        by_series.setdefault(tuple(row[i] for i in series_at), []).append(row)
+    closing = []
+    for key, members in by_series.items():
+        members.sort(key=lambda row: row[order_at])
+        for row, following in zip(members, members[1:]):
+            if row[ends_at] is None:
+                row[ends_at] = following[starts_at]
+        closing.append((*key, members[0][order_at]))
+    return rows, sorted(closing)

@@ -1,6 +1,7 @@
 """What the job's stateful operators did, counted for the benchmark: every round trip to the JVM's
 state server (by the pyspark function that made it) and the bytes they sent, the keys and timers
-handled, and the rows that came in and went out. Off unless DIRSTREAM_OPERATOR_COUNTS names a
+handled, and the rows that came in and went out; and the driver's: the parameter rows of the sink's
+statements, by table (SINK_WRITER). Off unless DIRSTREAM_OPERATOR_COUNTS names a
 folder; each Python worker then appends one JSON line per operator and task to <folder>/<pid>.jsonl
 when the task ends (with the time it ended, `at`).
 
@@ -13,9 +14,11 @@ import sys
 import time
 from collections import Counter
 
-__all__ = ["counting_folder", "COUNTS_ENV", "OperatorCounts", "read_counts", "start_counting"]
+__all__ = ["append_counts", "counting_folder", "COUNTS_ENV", "OperatorCounts", "read_counts", "SINK_WRITER",
+           "start_counting"]
 
 COUNTS_ENV = "DIRSTREAM_OPERATOR_COUNTS"
+SINK_WRITER = "sink writer"
 
 
 def counting_folder() -> str | None:
@@ -65,13 +68,17 @@ class OperatorCounts:
             yield frame
 
     def flush(self) -> None:
-        line = {"operator": self.operator, "pid": os.getpid(), "at": time.time(), "calls": dict(self.calls),
-                **self.figures}
-        os.makedirs(self.folder, exist_ok=True)
-        with open(os.path.join(self.folder, f"{os.getpid()}.jsonl"), "a") as fh:
-            fh.write(json.dumps(line) + "\n")
+        append_counts(self.folder, self.operator, dict(self.figures), dict(self.calls))
         self.calls.clear()
         self.figures.clear()
+
+
+def append_counts(folder: str, operator: str, figures: dict, calls: dict | None = None) -> None:
+    """One line of counts (an operator's task, the driver's sink writes) in this process's file."""
+    line = {"operator": operator, "pid": os.getpid(), "at": time.time(), "calls": calls or {}, **figures}
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a") as fh:
+        fh.write(json.dumps(line) + "\n")
 
 
 def start_counting(operator: str, processor, handle) -> OperatorCounts | None:

@@ -13,6 +13,7 @@ from .checkpoint_folder import CheckpointFolder
 from .class_archive import ClassArchive
 from .decode import UNKNOWN
 from .kafka_offsets import EndOffsets
+from .operator_counts import SINK_WRITER, append_counts, counting_folder
 from .kafka_source import client_conf, decoded_stream, register, source_options  # noqa: F401 (re-exported)
 from ..sinks import open_sink, utcnow
 
@@ -244,6 +245,7 @@ class BatchWriter:
         progress = self.progress_row(query_id, batch_id, started, t0, rows.pop("_counts"))
         rows["pipeline_progress"] = [progress]
         written = self.sink.write_batch(query_id, batch_id, rows)
+        self._count_writes()
         self.after_write(rows)
         if self.observer is not None:
             self.observer.batch(self.query_name, batch_id, progress, {t: len(v) for t, v in rows.items()},
@@ -251,6 +253,13 @@ class BatchWriter:
         self.echo(f"batch {batch_id}: {progress['input_rows']} rows ({progress['dead_letters']} dead letters) in "
                   f"{progress['duration_ms']} ms, {progress['rows_per_second']:,.0f} rows/s, lag {progress['total_lag']}"
                   + ("" if written else " (already written: skipped)"))
+
+    def _count_writes(self) -> None:
+        """The sink's statements' parameter rows, for the benchmark (operator_counts)."""
+        folder = counting_folder()
+        if folder and self.sink.upserts:
+            append_counts(folder, SINK_WRITER, {f"upserts {t}": n for t, n in self.sink.upserts.items()})
+            self.sink.upserts.clear()
 
     def after_write(self, rows: dict) -> None:
         """Called after every batch, also one already written (a replay): side effects go here."""

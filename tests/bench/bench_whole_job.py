@@ -39,7 +39,7 @@ from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics  # 
 from producers.publish import publish_envelope  # noqa: E402
 from producers.simulator import Faults, Simulator  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
-from streaming.spark.operator_counts import COUNTS_ENV, read_counts  # noqa: E402
+from streaming.spark.operator_counts import COUNTS_ENV, SINK_WRITER, read_counts  # noqa: E402
 
 MIXES = {"default": (20, 120), "replication-heavy": (100, 500)}
 # The whole job against the plain pipeline and the raw query, the replication operator's
@@ -244,7 +244,14 @@ def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
           + ", ".join(f"{t} {n * per:,.0f}" for t, n in sorted(job["sink_rows"].items()) if n))
     if not job["operators"]:
         print(f"{label}: no operator counts (a revision without streaming/spark/operator_counts.py)")
+    writes = job["operators"].get(SINK_WRITER)
+    if writes:
+        print(f"{label}, the sink's statements per row kept: " + ", ".join(
+            f"{t} {writes.get(f'upserts {t}', 0):,}/{n:,} = {writes.get(f'upserts {t}', 0) / n:.2f}"
+            for t, n in sorted(job["sink_rows"].items()) if n and writes.get(f"upserts {t}")))
     for operator, c in sorted(job["operators"].items()):
+        if operator == SINK_WRITER:
+            continue
         calls = c["calls"]
         print(f"{label}, {operator}, per 100,000 messages: {sum(calls.values()) * per:,.0f} state-server round "
               f"trips (" + ", ".join(f"{k} {n * per:,.0f}" for k, n in calls.most_common())

@@ -1,0 +1,100 @@
+"""A micro-batch's rows go to the sink with each key written once, and directory_history's rows with
+the valid_to the batch itself gives them: the tables come out as writing the rows one at a time
+would leave them, over many random batches (rows repeated within a batch, versions spread over
+batches, in SQLite and PostgreSQL)."""
+import random
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from streaming.sinks import open_sink
+from streaming.sinks.tables import TABLES
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SERVERS, GUIDS = ("ds1", "ds2"), ("g1", "g2", "g3")
+
+
+def _object(rng, server: str) -> dict:
+    return {"server": server, "object_guid": rng.choice(GUIDS), "partition_id": "p", "object_type": "queue",
+            "path_name": rng.choice(["a", "b", None]), "seq_number": f"{rng.randrange(99):016x}",
+            "deleted": rng.random() < 0.2, "properties": {"label": rng.choice(["x", "y"])},
+            "updated_at": (T0 + timedelta(seconds=rng.randrange(60))).isoformat()}
+
+
+def _dead_letter(rng) -> dict:
+    return {"topic": "msmq.sd.raw", "kafka_partition": 0, "kafka_offset": rng.randrange(6),
+            "error_reason": rng.choice(["short", "bad"]), "raw_value": bytes([rng.randrange(256)]), "stage": "decode"}
+
+
+def _history(rng, versions: dict) -> dict:
+    server, guid = rng.choice(SERVERS), rng.choice(GUIDS)
+    versions[server] = versions.get(server, 0) + 1          # a replica's running count
+    return {"server": server, "object_guid": guid, "version": versions[server], "kind": "changed",
+            "partition_id": "p", "object_type": "queue", "properties": '{"label": "x"}',
+            "valid_from": (T0 + timedelta(seconds=versions[server])).isoformat()}
+
+
+def _batches(seed: int) -> list[dict[str, list[dict]]]:
+    rng, versions = random.Random(seed), {}
+    return [{"directory_objects": [_object(rng, rng.choice(SERVERS)) for _ in range(rng.randrange(12))],
+             "dead_letters": [_dead_letter(rng) for _ in range(rng.randrange(5))],
+             "directory_history": [_history(rng, versions) for _ in range(rng.randrange(8))]}
+            for _ in range(rng.randrange(1, 6))]
+
+
+def _tables(url: str) -> dict:
+    s = open_sink(url)
+    try:
+        return {t: sorted(map(repr, (sorted(r.items()) for r in s.query(f"SELECT * FROM {t}"))))
+                for t in ("directory_objects", "dead_letters", "directory_history")}
+    finally:
+        s.close()
+
+
+def _write(url: str, batches, one_at_a_time: bool) -> dict:
+    s = open_sink(url)
+    try:
+        n = 0
+        for batch in batches:
+            for rows in ([{t: [r]} for t, rs in batch.items() for r in rs] if one_at_a_time else [batch]):
+                s.write_batch("q", n, rows)
+                n += 1
+        return dict(s.upserts)
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_each_key_once_leaves_the_tables_as_one_row_at_a_time_in_sqlite(tmp_path, seed):
+    batches = _batches(seed)
+    whole, single = f"sqlite:///{tmp_path}/whole.db", f"sqlite:///{tmp_path}/single.db"
+    upserts = _write(whole, batches, one_at_a_time=False)
+    _write(single, batches, one_at_a_time=True)
+    assert _tables(whole) == _tables(single)
+    kept = {t: len(rows) for t, rows in _tables(whole).items()}
+    assert upserts.get("directory_objects", 0) <= sum(len(b["directory_objects"]) for b in batches)
+    # each row once, and one update per series and batch for the stored row before it
+    assert upserts.get("directory_history", 0) <= kept["directory_history"] + len(SERVERS) * len(GUIDS) * len(batches)
+
+
+def test_each_key_once_in_postgresql(postgres_server):
+    for seed in range(5):
+        whole, single = (postgres_server.create_database(f"dirstream_writes_{seed}_{side}") for side in "ws")
+        batches = _batches(seed)
+        _write(whole, batches, one_at_a_time=False)
+        _write(single, batches, one_at_a_time=True)
+        assert _tables(whole) == _tables(single)
+
+
+def test_a_batch_repeating_a_key_writes_it_once_with_its_last_row(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    rows = [dict(_object(random.Random(1), "ds1"), object_guid="g1", path_name=name) for name in ("a", "b", "c")]
+    upserts = _write(url, [{"directory_objects": rows}], one_at_a_time=False)
+    assert upserts == {"directory_objects": 1}
+    s = open_sink(url)
+    assert [r["path_name"] for r in s.query("SELECT path_name FROM directory_objects")] == ["c"]
+
+
+def test_the_successor_table_is_the_one_these_rules_read():
+    t = TABLES["directory_history"]
+    assert t.successor == ("valid_to", "valid_from", ("server", "object_guid"), "version") and t.mode == "insert"
