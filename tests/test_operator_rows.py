@@ -275,3 +275,14 @@ def test_the_one_querys_writer_puts_every_keys_rows_back_in_the_order_it_wrote_t
         for name in {w[2] for w in written}:
             expected = [w[3] for w in sorted(written, key=lambda w: (w[0], w[1])) if w[2] == name]
             assert [bytes(b) for b in got[name].chunks] == expected
+
+
+def test_event_times_are_the_text_datetime_gives_them_over_many_times():
+    """ts builds the text from the second's (memoised) and the milliseconds: the same as isoformat."""
+    import random
+    from datetime import datetime, timezone
+    from streaming.operators.replication_rows import ts
+    rng = random.Random(7)
+    times = [rng.randrange(-10**12, 4_102_444_800_000) for _ in range(20_000)] + [-1, 0, 999, 1000, 1_796_562_834_147]
+    assert [ts(ms) for ms in times] == [
+        datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds") for ms in times]
