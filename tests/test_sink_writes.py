@@ -26,6 +26,13 @@ def _dead_letter(rng) -> dict:
             "error_reason": rng.choice(["short", "bad"]), "raw_value": bytes([rng.randrange(256)]), "stage": "decode"}
 
 
+def _site(rng) -> dict:
+    seen = [(T0 + timedelta(milliseconds=rng.randrange(10**6))).isoformat() for _ in range(2)]
+    return {"site_id": rng.choice(["s1", "s2"]), "directory_server": rng.choice(SERVERS),
+            "ip_supported": rng.random() < 0.5, "connected_networks": [rng.randrange(3)],
+            "first_seen": rng.choice([min(seen), None]) if rng.random() < 0.1 else min(seen), "last_seen": max(seen)}
+
+
 def _history(rng, versions: dict) -> dict:
     server, guid = rng.choice(SERVERS), rng.choice(GUIDS)
     versions[server] = versions.get(server, 0) + 1          # a replica's running count
@@ -38,6 +45,7 @@ def _batches(seed: int) -> list[dict[str, list[dict]]]:
     rng, versions = random.Random(seed), {}
     return [{"directory_objects": [_object(rng, rng.choice(SERVERS)) for _ in range(rng.randrange(12))],
              "dead_letters": [_dead_letter(rng) for _ in range(rng.randrange(5))],
+             "site_topology": [_site(rng) for _ in range(rng.randrange(8))],
              "directory_history": [_history(rng, versions) for _ in range(rng.randrange(8))]}
             for _ in range(rng.randrange(1, 6))]
 
@@ -46,7 +54,7 @@ def _tables(url: str) -> dict:
     s = open_sink(url)
     try:
         return {t: sorted(map(repr, (sorted(r.items()) for r in s.query(f"SELECT * FROM {t}"))))
-                for t in ("directory_objects", "dead_letters", "directory_history")}
+                for t in ("directory_objects", "dead_letters", "directory_history", "site_topology")}
     finally:
         s.close()
 
@@ -98,3 +106,14 @@ def test_a_batch_repeating_a_key_writes_it_once_with_its_last_row(tmp_path):
 def test_the_successor_table_is_the_one_these_rules_read():
     t = TABLES["directory_history"]
     assert t.successor == ("valid_to", "valid_from", ("server", "object_guid"), "version") and t.mode == "insert"
+
+
+def test_a_site_seen_again_in_a_batch_is_written_once_with_its_first_and_last_sighting(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    rows = [dict(_site(random.Random(i)), site_id="s1", directory_server="ds1") for i in range(6)]
+    rows = [dict(r, first_seen=r["first_seen"] or r["last_seen"]) for r in rows]
+    upserts = _write(url, [{"site_topology": rows}], one_at_a_time=False)
+    assert upserts == {"site_topology": 1}
+    stored = open_sink(url).query("SELECT first_seen, last_seen FROM site_topology")[0]
+    assert str(stored["first_seen"])[:19] == min(r["first_seen"] for r in rows)[:19]
+    assert str(stored["last_seen"])[:19] == max(r["last_seen"] for r in rows)[:19]

@@ -221,19 +221,44 @@ class Sink:
 
 def once_per_key(values, t: Table) -> list:
     """A batch's parameter rows with each key once, leaving the table as executing them all in order
-    would: the first of a key where a stored row is kept (insert), the last where each row replaces
-    the stored one whole (replace without per-column rules). Other tables' rows pass as they are."""
+    would: the first of a key where a stored row is kept (insert); where a row replaces the stored one,
+    the last, its keep_min / keep_max columns the least / greatest of the key's rows (a key with a
+    null there keeps all its rows: the databases order nulls apart). Tables whose rows replace the
+    stored one only if not later (first_by) and accumulating ones pass as they are."""
     keep_first = t.mode == "insert"
-    if not keep_first and (t.mode != "replace" or t.keep_min or t.keep_max or t.first_by):
+    if not keep_first and (t.mode != "replace" or t.first_by):
         return list(values)
     names = t.column_names
     at = [names.index(c) for c in t.key]
     kept: dict = {}
     for v in values:
         key = tuple(v[i] for i in at)
-        if not keep_first or key not in kept:
-            kept[key] = v
-    return list(kept.values())
+        if keep_first:
+            kept.setdefault(key, v)
+        else:
+            kept.setdefault(key, []).append(v)
+    if keep_first:
+        return list(kept.values())
+    if not (t.keep_min or t.keep_max):
+        return [rows[-1] for rows in kept.values()]
+    return [v for rows in kept.values() for v in _merged(rows, t)]
+
+
+def _merged(rows: list, t: Table) -> list:
+    """One key's rows of a replace table with keep_min / keep_max columns, as one row where it can."""
+    if len(rows) == 1:
+        return rows
+    names = t.column_names
+    least, greatest = [names.index(c) for c in t.keep_min], [names.index(c) for c in t.keep_max]
+    kept = [row[i] for row in rows for i in least + greatest]
+    if None in kept or len({type(v) for v in kept}) > 1:
+        return rows
+    merged = list(rows[-1])
+    for i in least:
+        merged[i] = min(row[i] for row in rows)
+    for i in greatest:
+        merged[i] = max(row[i] for row in rows)
+    return [merged]
 
 
 def closed_in_batch(values: list, t: Table) -> tuple[list, list]:
