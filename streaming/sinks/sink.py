@@ -231,16 +231,14 @@ def once_per_key(values, t: Table) -> list:
     names = t.column_names
     at = [names.index(c) for c in t.key]
     kept: dict = {}
-    for v in values:
-        key = tuple(v[i] for i in at)
-        if keep_first:
-            kept.setdefault(key, v)
-        else:
-            kept.setdefault(key, []).append(v)
-    if keep_first:
+    if keep_first or not (t.keep_min or t.keep_max):
+        for v in values:
+            key = tuple(v[i] for i in at)
+            if not keep_first or key not in kept:
+                kept[key] = v
         return list(kept.values())
-    if not (t.keep_min or t.keep_max):
-        return [rows[-1] for rows in kept.values()]
+    for v in values:
+        kept.setdefault(tuple(v[i] for i in at), []).append(v)
     return [v for rows in kept.values() for v in _merged(rows, t)]
 
 
