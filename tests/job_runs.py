@@ -200,3 +200,29 @@ def raw_tables(url: str) -> dict:
         }
     finally:
         s.close()
+
+
+def once_until_verified(run_settings: list, respond_settings: list, truth, sink: str, checkpoint) -> tuple:
+    """`dirstream run --once` (with its Kafka settings) while `produce respond` (with its own) answers
+    the replicas' sync requests, again until verify finds the sink matches the truth, at most three
+    times: (verify's last CompletedProcess, the responder's stderr). Each run must exit 0."""
+    import shutil
+    import sys
+    from pathlib import Path
+    from conftest import dirstream
+    exe = shutil.which("dirstream", path=str(Path(sys.executable).parent)) or "dirstream"
+    responder = subprocess.Popen([exe, "produce", "respond", *respond_settings, "--truth", str(truth),
+                                  "--idle-exit", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3):
+            done = dirstream("run", *run_settings, "--once", "--sink", sink, "--checkpoint", str(checkpoint),
+                             "--master", "local[2]", "--pec-name", "pec0", "--metrics-port", "0", timeout=600)
+            assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+            verified = dirstream("verify", "--truth", str(truth), "--sink", sink)
+            if verified.returncode == 0:
+                break
+            time.sleep(8)                        # the responder answers the sync requests just sent
+    finally:
+        responder.terminate()
+        _, err = responder.communicate(30)
+    return verified, err

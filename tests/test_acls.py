@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import dirstream
+from job_runs import once_until_verified
 from infra.broker import EmbeddedBroker, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -275,24 +276,9 @@ def test_spark_run_and_verify_with_their_documented_acls(kafka, tmp_path):
                                                           ACLS["dirstream produce simulate"]),
                           "--seed", "42", "--count", "600", "--truth", str(truth))
     assert simulated.returncode == 0, simulated.stderr[-2000:]
-    job = as_user(kafka, tmp_path, "run", ACLS["dirstream run"])
-    responder = subprocess.Popen([_exe(), "produce", "respond",
-                                  *as_user(kafka, tmp_path, "respond-job", ACLS["dirstream produce respond"]),
-                                  "--truth", str(truth), "--idle-exit", "60"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    sink = f"sqlite:///{tmp_path / 'sink.db'}"
-    try:
-        for _ in range(3):
-            done = dirstream("run", *job, "--once", "--sink", sink, "--checkpoint", str(tmp_path / "ckpt"),
-                             "--master", "local[2]", "--pec-name", "pec0", "--metrics-port", "0", timeout=600)
-            assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-            verified = dirstream("verify", "--truth", str(truth), "--sink", sink)
-            if verified.returncode == 0:
-                break
-            time.sleep(8)                        # the responder answers the sync requests just sent
-    finally:
-        responder.terminate()
-        _, err = responder.communicate(30)
+    verified, err = once_until_verified(as_user(kafka, tmp_path, "run", ACLS["dirstream run"]),
+                                        as_user(kafka, tmp_path, "respond-job", ACLS["dirstream produce respond"]),
+                                        truth, f"sqlite:///{tmp_path / 'sink.db'}", tmp_path / "ckpt")
     assert verified.returncode == 0, verified.stdout[-3000:]
     assert "Traceback" not in err and "Kafka refused" not in err, err[-2000:]
 
@@ -339,9 +325,3 @@ def test_spark_run_stops_with_one_line_that_names_a_missing_acl(kafka, simulated
     expected = f"Kafka refused {operation} on {resource} {name} to user {user!r}"
     assert done.returncode != 0 and console.count(expected) == 1, console[-3000:]
     assert "Traceback" not in console and "at org.apache" not in console, console[-3000:]
-
-
-def _exe() -> str:
-    import shutil
-    import sys
-    return shutil.which("dirstream", path=str(Path(sys.executable).parent)) or "dirstream"

@@ -10,25 +10,40 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from conftest import delete_user_topics, simulate
-from infra.hadoop_servers import HADOOP_VERSION, MiniHdfs, MotoS3, fs_shell, hdfs_settings, s3a_jars, s3a_settings, spark_conf
+from infra.hadoop_servers import (HADOOP_VERSION, MiniHdfs, MotoS3, fs_shell, hdfs_settings, s3a_jars, s3a_settings,
+                                  spark_conf)
 from job_runs import KAFKA_COORDINATES, crash, differences, dump, once_in_session
 from streaming.sinks import open_sink
+
+
+class Filesystem(NamedTuple):
+    root: str                       # a folder's URI on it
+    hadoop: dict                    # the Hadoop settings that reach it
+    jars: list                      # beside Spark's own
+
+    @property
+    def spark_settings(self) -> dict:
+        return spark_conf(self.hadoop, self.jars)
+
+    def shell(self, *args: str) -> subprocess.CompletedProcess:
+        return fs_shell(*args, settings=self.hadoop, jars=self.jars)
 
 
 @pytest.fixture(scope="module")
 def hdfs(tmp_path_factory):
     with MiniHdfs(tmp_path_factory.mktemp("hdfs")) as cluster:
-        yield cluster.uri + "/dirstream", spark_conf(hdfs_settings())
+        yield Filesystem(cluster.uri + "/dirstream", hdfs_settings(), [])
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     with MotoS3(tmp_path_factory.mktemp("s3")) as server:
-        yield server.create_bucket("checkpoints") + "/dirstream", spark_conf(s3a_settings(server.endpoint), s3a_jars())
+        yield Filesystem(server.create_bucket("checkpoints") + "/dirstream", s3a_settings(server.endpoint), s3a_jars())
 
 
 @pytest.fixture(scope="module")
@@ -99,26 +114,22 @@ def _no_local_trace_of(checkpoint: str, *folders: Path) -> None:
 @pytest.mark.parametrize("filesystem", ["hdfs", "s3"])
 def test_a_checkpoint_on_a_hadoop_filesystem_survives_stop_moves_and_sigkill(filesystem, traffic, tmp_path, request):
     bootstrap, expected = traffic
-    root, conf = request.getfixturevalue(filesystem)
-    checkpoint = f"{root}/{tmp_path.name}"
-    sink = _stopped_killed_and_finished(bootstrap, checkpoint, conf, tmp_path)
+    fs = request.getfixturevalue(filesystem)
+    checkpoint = f"{fs.root}/{tmp_path.name}"
+    sink = _stopped_killed_and_finished(bootstrap, checkpoint, fs.spark_settings, tmp_path)
     assert differences(expected, dump(sink, KAFKA_COORDINATES)) == []
     batches = _batches(sink)
     assert len({query for query, _ in batches}) == 1            # the query id, read back from the filesystem
     assert [b for _, b in batches] == list(range(len(batches)))   # each batch once, none lost
     _no_local_trace_of(checkpoint, tmp_path / "first", tmp_path / "second", Path.cwd())
-    listing = fs_shell("-ls", "-R", checkpoint, settings={k[len("spark.hadoop."):]: v for k, v in conf.items()
-                                                    if k.startswith("spark.hadoop.")},
-                       jars=[Path(j) for j in conf.get("spark.jars", "").split(",") if j])
+    listing = fs.shell("-ls", "-R", checkpoint)
     assert f"{checkpoint}/job/dirstream-query-id" in listing.stdout, listing.stderr[-2000:]
 
 
 def test_a_checkpoint_of_the_earlier_layout_on_hdfs_is_refused_in_one_line(hdfs, traffic, tmp_path):
-    root, conf = hdfs
-    checkpoint = f"{root}/{tmp_path.name}"
-    hadoop = {k[len("spark.hadoop."):]: v for k, v in conf.items()}
-    assert fs_shell("-mkdir", "-p", f"{checkpoint}/replication/offsets", settings=hadoop).returncode == 0
-    proc = _run(traffic[0], f"sqlite:///{tmp_path}/sink.db", checkpoint, conf, tmp_path / "job")
+    checkpoint = f"{hdfs.root}/{tmp_path.name}"
+    assert hdfs.shell("-mkdir", "-p", f"{checkpoint}/replication/offsets").returncode == 0
+    proc = _run(traffic[0], f"sqlite:///{tmp_path}/sink.db", checkpoint, hdfs.spark_settings, tmp_path / "job")
     assert proc.wait(300) == 2
     said = [line for line in open(proc.log_path) if "earlier version" in line]
     assert len(said) == 1 and checkpoint in said[0]

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from conftest import dirstream
+from job_runs import once_until_verified
 from infra.broker import EmbeddedBroker, answers, free_port
 from producers.truth_file import read_truth
 
@@ -62,21 +63,8 @@ def test_replay_respond_run_and_verify_work_unchanged_on_the_secured_broker(secu
     summary = json.loads(replayed.stdout)
     assert summary["published"] == json.loads(written.stdout)["written"]
     assert summary["rejected_packets_published"] == len(injected) > 0
-    responder = subprocess.Popen([*_exe("produce", "respond"), *kafka, "--truth", str(truth), "--idle-exit", "60"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sink = f"sqlite:///{tmp_path / 'sink.db'}"
-    try:
-        for runs in range(1, 4):
-            done = dirstream("run", *kafka, "--once", "--sink", sink, "--checkpoint", str(tmp_path / "ckpt"),
-                             "--master", "local[2]", "--pec-name", "pec0", "--metrics-port", "0", timeout=600)
-            assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-            verified = dirstream("verify", "--truth", str(truth), "--sink", sink)
-            if verified.returncode == 0:
-                break
-            time.sleep(8)                        # the responder answers the sync requests just sent
-    finally:
-        responder.terminate()
-        _, err = responder.communicate(30)
+    verified, err = once_until_verified(kafka, kafka, truth, sink, tmp_path / "ckpt")
     assert verified.returncode == 0, verified.stdout[-3000:]
     assert "Traceback" not in err, err[-2000:]       # (librdkafka may log its shutdown's disconnections)
     from streaming.sinks import open_sink
