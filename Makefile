@@ -5,10 +5,19 @@ BIN := $(VENV)/bin
 
 .PHONY: setup system-deps run stop test bench bench-codecs bench-replication bench-producers soak clean
 
-# The virtual environment and the embedded broker's Kafka jars (fetched once from Maven Central).
-setup: $(VENV)/.installed
+# The virtual environment, the compiled build and the embedded broker's Kafka jars (fetched once
+# from Maven Central).
+setup: $(VENV)/.installed streaming/native-build.json
 	$(BIN)/dirstream broker fetch
 	$(BIN)/python -m infra.pyspark_bytecode
+
+# The job's hot-path modules compiled with mypyc beside their sources, again whenever one changes.
+# Without gcc the build fails and the pure-Python sources run: the line below says so.
+NATIVE_SOURCES := $(wildcard streaming/wire/*.py)
+streaming/native-build.json: $(VENV)/.installed $(NATIVE_SOURCES) infra/native_build.py
+	$(BIN)/python -m infra.native_build > build-native.log 2>&1 || \
+	  { echo "make setup: the compiled build failed (build-native.log): the pure-Python sources run"; \
+	    rm -f $@; }
 
 $(VENV)/.installed: pyproject.toml
 	bash infra/system_deps.sh --run
@@ -83,4 +92,5 @@ bench-producers: setup
 
 clean:
 	-$(BIN)/dirstream broker stop
-	rm -rf $(VENV) .pytest_cache .hypothesis var
+	rm -rf $(VENV) .pytest_cache .hypothesis var build streaming/native-build.json
+	find streaming -name "*.so" -delete

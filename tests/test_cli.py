@@ -79,8 +79,21 @@ def test_run_with_a_sink_that_does_not_answer_says_so_in_one_line_and_exits_1(tm
     assert done.returncode == 1
     said = [line for line in (done.stdout + done.stderr).splitlines() if "cannot open PostgreSQL sink" in line]
     assert len(said) == 1 and "Connection refused" in said[0] and "accepting TCP/IP connections" in said[0]
-    assert len((done.stdout + done.stderr).strip().splitlines()) == 2          # the log's path, then why
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("dirstream run: Spark's and the job's log in ")    # then why
+    assert lines[1] == "dirstream run: the codecs run compiled (mypyc)"           # make test builds them
     assert not (tmp_path / "ckpt").exists()
+
+
+def test_run_says_first_that_it_runs_the_pure_python_sources_when_told_to(tmp_path):
+    import os
+    done = subprocess.run([str(Path(sys.executable).parent / "dirstream"), "run", "--bootstrap", "127.0.0.1:1",
+                           "--checkpoint", str(tmp_path / "ckpt"), "--sink", "postgresql://nobody@127.0.0.1:1/none",
+                           "--metrics-port", "0", "--log-format", "plain"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "DIRSTREAM_BUILD": "python"})
+    assert done.returncode == 1
+    assert (done.stdout + done.stderr).splitlines()[1] == \
+        "dirstream run: the codecs run as pure Python (DIRSTREAM_BUILD=python)"
 
 
 def test_run_without_java_says_so_in_one_line_and_writes_nothing(tmp_path):

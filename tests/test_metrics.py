@@ -11,6 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import streaming
 from infra.broker import free_port
 from infra.prometheus_server import PrometheusServer
 from producers.kafka import KafkaSettings, Publisher, ensure_topics
@@ -89,6 +90,7 @@ def test_prometheus_scrapes_the_job_fires_the_lag_alert_and_agrees_with_the_sink
         with PrometheusServer(tmp_path / "prometheus", f"127.0.0.1:{port}", RULES, time_scale=TIME_SCALE) as prom:
             prom.wait_for(lambda: _values(prom, "dirstream_batches_total", "query").get(("dirstream",), 0) >= 3,
                           timeout=600, what="the job's first micro-batches in Prometheus")
+            scraped = _scrape(port).decode()
             _storm_is_answered(sink_url, port)
             firing = prom.wait_for(lambda: [a for a in prom.alerts() if a["labels"]["alertname"] ==
                                             "DirstreamReplicaLagGrowing" and a["state"] == "firing"],
@@ -102,6 +104,8 @@ def test_prometheus_scrapes_the_job_fires_the_lag_alert_and_agrees_with_the_sink
     finally:
         job_runs.stop(proc)
     assert "Prometheus metrics on http://127.0.0.1:" in job_runs.output(proc)
+    build = streaming.loaded_build()
+    assert f'dirstream_build_info{{build="{build}",reason="{streaming.build_choice()[1] or ""}"}} 1.0' in scraped
 
 
 def _storm_is_answered(sink_url: str, port: int) -> None:

@@ -11,10 +11,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, Info, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from .. import build_choice, loaded_build
 from . import health
 
 __all__ = ["DEFAULT_PORT", "DURATION_BUCKETS", "JobMetrics", "log", "MetricsServer", "serve",
@@ -37,6 +38,9 @@ class JobMetrics:
         self.durations = Histogram("dirstream_batch_duration_seconds", "Micro-batch duration per query",
                                    ["query"], buckets=DURATION_BUCKETS, registry=self.registry)
         self.registry.register(_Snapshot(self))
+        why = build_choice()[1]
+        Info("dirstream_build", "Which build of the codecs the job runs: mypyc (compiled) or python, and why not "
+             "compiled", registry=self.registry).info({"build": loaded_build(), "reason": why or ""})
         self.families: list = []                # the last snapshot (swapped whole)
         self.generation = 0                     # bumped at every change: the rendered text is redone
         self._committed = threading.Event()

@@ -16,6 +16,7 @@ DEFAULT_CHECKPOINT = "var/checkpoint"
 OPERATORS_QUERY_NAME = "dirstream-operators"   # pipeline_progress.query_name of the operators' rows
 RAW_TOPIC_PARTITIONS = 4                 # as `produce simulate|replay --partitions` creates them
 
+from .. import build_line  # noqa: E402
 from ..spark import RECORDS_PER_TASK  # noqa: E402
 from .metrics import DEFAULT_PORT as METRICS_PORT  # noqa: E402
 from ..wire.topics import OUTBOUND_TOPIC  # noqa: E402
@@ -152,6 +153,9 @@ def _run(args, stop: "StopRequests") -> int:
     logging.getLogger("dirstream").addHandler(ConsoleHandler(console))
     say = lambda text: (log.info("%s", text), console.notice(text))  # noqa: E731
     print(f"dirstream run: Spark's and the job's log in {log_file}", file=err, flush=True)
+    build = build_line()
+    log.info("%s", build)
+    print(f"dirstream run: {build}", file=err, flush=True)
     problem = settings_error(args)
     if problem:                                     # before anything starts: the flags alone are wrong
         say(f"dirstream run: {problem}")

@@ -3,6 +3,8 @@
 Command, UseGuid, then PathName (null-terminated UTF-16, only if UseGuid = 0x00) or
 GuidIdentifier (16 bytes, only if UseGuid = 0x01) - digest MQCN B.5 / MQDSRP §3.3.
 """
+from collections.abc import Mapping
+
 from .guid import guid_to_bytes
 from .reader import Reader, utf16z_bytes
 
@@ -12,7 +14,7 @@ USE_PATH_NAME = 0x00
 USE_GUID = 0x01
 
 
-def read_target(r: Reader, commands: dict[int, str]) -> tuple[int, int, str | None, str | None]:
+def read_target(r: Reader, commands: Mapping[int, str]) -> tuple[int, int, str | None, str | None]:
     at = r.pos
     if at + 2 <= len(r.buf):
         command, use_guid = r.buf[at], r.buf[at + 1]
@@ -41,7 +43,7 @@ def target_bytes(command: int, use_guid: int, path_name: str | None, guid_identi
     raise ValueError(f"UseGuid must be 0 or 1, got {use_guid}")
 
 
-def _choices(commands: dict[int, str]) -> str:
+def _choices(commands: Mapping[int, str]) -> str:
     return ", ".join(f"0x{k:02x} ({v})" for k, v in sorted(commands.items()))
 
 

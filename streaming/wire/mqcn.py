@@ -34,7 +34,7 @@ class Event(StrEnum):
     CHANGE_MACHINE = "4"
 
 
-COMMANDS = {Command.CREATE: "creation", Command.UPDATE: "change", Command.DELETE: "deletion"}
+COMMANDS: dict[int, str] = {Command.CREATE: "creation", Command.UPDATE: "change", Command.DELETE: "deletion"}
 # What each event does, in the words of the outcome rows (the machine object is the queue manager's, 3.2.5.2)
 EVENTS = {Event.CREATE_QUEUE: "create queue", Event.CHANGE_QUEUE: "change queue", Event.DELETE_QUEUE: "delete queue",
           Event.CHANGE_MACHINE: "change queue manager"}
@@ -113,7 +113,7 @@ def _read_update(r: Reader, index: int) -> NotificationUpdate:
 def _read_unused_byte(r: Reader, msg: ChangeNotificationMessage, allow_terminator: bool = False) -> None:
     """3.3.5.3: one unused byte follows the message. A missing byte is flagged; more is garbage."""
     rest = r.buf[r.pos:]
-    if allow_terminator and rest[:2] == b"\x00\x00" and len(rest) in (2, 3):
+    if allow_terminator and msg.body is not None and rest[:2] == b"\x00\x00" and len(rest) in (2, 3):
         msg.body.null_terminated = True
         rest = rest[2:]
         r.pos += 2

@@ -5,7 +5,9 @@ value (digest §3.1). Layouts lost in the PDF extraction follow the digest's rec
 (SyncRequest, BSCAck, PSCAck, AlreadyPurged: digest §3.8).
 """
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .changes import MIN_CHANGE_SIZE, read_target, target_bytes
 from .guid import guid_to_bytes
@@ -171,7 +173,7 @@ class ReplicationMessage:
     flags: list[str] = field(default_factory=list)
 
     @property
-    def message(self):
+    def message(self) -> Any:
         return getattr(self, _SLOT_BY_OPERATION[self.header.operation]) \
             if self.header.operation in _SLOT_BY_OPERATION else None
 
@@ -388,7 +390,7 @@ def _write_bsc_ack(m: BSCAckMessage) -> bytes:
     return guid_to_bytes(m.bsc_machine_id) + utf16z_bytes(m.bsc_name)
 
 
-_WRITERS = {
+_WRITERS: dict[type, Callable[[Any], bytes]] = {
     ChangePropagationMessage: _write_change_propagation, ChangeRequestMessage: _write_change_request,
     SyncRequestMessage: _write_sync_request, SyncReplyMessage: _write_sync_reply,
     ChangeReplyMessage: _write_change_reply, AlreadyPurgedMessage: _write_already_purged,

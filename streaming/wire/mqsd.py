@@ -3,6 +3,7 @@
 All integers little-endian, GUIDs in the MS-DTYP packet layout, no padding.
 """
 from dataclasses import dataclass, field
+from typing import Any
 
 from .guid import guid_to_bytes
 from .reader import Reader, u32_bytes
@@ -69,7 +70,7 @@ class MqsdPacket:
     server_reply: TopologyServerReply | None = None
 
     @property
-    def message(self):
+    def message(self) -> Any:
         return self.client_request or self.server_reply
 
 
