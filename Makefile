@@ -13,7 +13,7 @@ setup: $(VENV)/.installed streaming/native-build.json
 
 # The job's hot-path modules compiled with mypyc beside their sources, again whenever one changes.
 # Without gcc the build fails and the pure-Python sources run: the line below says so.
-NATIVE_SOURCES := $(wildcard streaming/wire/*.py)
+NATIVE_SOURCES := $(wildcard streaming/__init__.py streaming/wire/*.py streaming/operators/*.py)
 streaming/native-build.json: $(VENV)/.installed $(NATIVE_SOURCES) infra/native_build.py
 	$(BIN)/python -m infra.native_build > build-native.log 2>&1 || \
 	  { echo "make setup: the compiled build failed (build-native.log): the pure-Python sources run"; \

@@ -20,12 +20,14 @@ __all__ = ["BUILD_ENV", "COMPILED_MODULES", "MANIFEST", "build_choice", "build_l
 
 BUILD_ENV = "DIRSTREAM_BUILD"            # "python": the pure-Python sources even where a compiled build is
 MANIFEST = "native-build.json"
-# The job's hot path (the decode stage and the operators' decoding). Left pure: errors.py (an
-# exception class that other code adds attributes to), envelope.py (its work is fastavro's), and
-# the MQQB capture codecs (the capture producer's, not the job's).
+# The job's hot path: the codecs and the protocol operators. Left pure: errors.py (an exception
+# class that other code adds attributes to), envelope.py (its work is fastavro's), and the MQQB
+# capture codecs (the capture producer's, not the job's).
 COMPILED_MODULES = tuple(f"streaming.wire.{name}" for name in (
     "changes", "guid", "mqcn", "mqdsrp", "mqsd", "properties", "propids", "propvariant", "reader", "records",
-    "rejected", "seqnum", "topics"))
+    "rejected", "seqnum", "topics")) + tuple(f"streaming.operators.{name}" for name in (
+        "discovery", "findings", "notification_input", "notification_rows", "notifications", "replica_state",
+        "replica_store", "replication", "replication_rows", "server_registry"))
 
 _HERE = Path(__file__).resolve().parent
 

@@ -18,6 +18,17 @@ def spec_dir() -> Path:
     return SPEC
 
 
+def _loaded_build() -> str:
+    import streaming
+    return streaming.loaded_build()
+
+
+# A test that watches calls inside the operators by replacing a module's or a class's attribute:
+# compiled code calls its functions and methods directly, so only the pure-Python sources can be
+# watched that way (tests/test_native_build.py runs the sans-IO tests on the other build too).
+spies_on_calls = pytest.mark.skipif(_loaded_build() == "mypyc", reason="watches calls that compiled code makes directly")
+
+
 def vector(name: str) -> bytes:
     return bytes.fromhex((ROOT / "tests" / "vectors" / f"{name}.hex").read_text())
 
@@ -225,8 +236,17 @@ def serial_group(item) -> str | None:
     return None
 
 
+# Set by tests/test_native_build.py, which runs the sans-IO tests again on the other build beside
+# the session: only the tests of no serial group, so that no second Spark job or service starts.
+WITHOUT_SERVICES_ENV = "DIRSTREAM_TESTS_WITHOUT_SERVICES"
+
+
 @pytest.hookimpl(tryfirst=True)        # before pytest-xdist's own hook reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get(WITHOUT_SERVICES_ENV):
+        grouped = [item for item in items if serial_group(item)]
+        config.hook.pytest_deselected(items=grouped)
+        items[:] = [item for item in items if not serial_group(item)]
     for item in items:
         group = serial_group(item)
         if group:

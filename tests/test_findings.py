@@ -9,6 +9,7 @@ import pytest
 from producers.simulator import FLOOD_COPIES, MESSAGE_ATTACKS, Faults, Simulator
 from replication_harness import OfflineJob
 from streaming.operators.findings import BUCKET_MS, FLOOD_PER_MINUTE, FindingLog
+from conftest import spies_on_calls
 
 ORDINARY_FAULTS = Faults(reorder=0.1, duplicate=0.05, drop=0.03, corrupt=0.01, nack=0.01)
 
@@ -197,6 +198,7 @@ def test_a_flood_blames_its_sender_not_the_others_that_write_in_the_same_minute(
     assert rows[0]["detail"] == {"per_minute_limit": 5, "most_in_a_minute": 8}
 
 
+@spies_on_calls
 def test_a_notification_that_raises_when_processed_is_counted_however_the_batches_fall(monkeypatch):
     """It arrived: an unauthenticated one is a finding whether it came in an earlier micro-batch than
     the timer that raised on it, or in the same one (the batch is then applied again without it)."""

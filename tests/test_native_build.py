@@ -9,11 +9,16 @@ from pathlib import Path
 import pytest
 
 import streaming
+from conftest import WITHOUT_SERVICES_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-# the sans-IO tests: the codecs (vectors, properties, fuzzing) and the operators' cores
+# the sans-IO tests: the codecs (vectors, properties, fuzzing), the operators' cores (the MQDSRP
+# differential, the MQCN random-stream model) and their processors driven by hand (TwsTester)
 SANS_IO_TESTS = ("test_mqcn.py", "test_mqdsrp.py", "test_mqsd.py", "test_propvariant.py", "test_propids.py",
-                 "test_seqnum.py", "test_fuzz.py", "test_typed_rows.py", "test_rejected_packets.py")
+                 "test_seqnum.py", "test_fuzz.py", "test_typed_rows.py", "test_rejected_packets.py",
+                 "test_replication.py", "test_notifications.py", "test_discovery.py", "test_operator_rows.py",
+                 "test_operator_steps.py", "test_findings.py", "test_replication_offline.py", "test_stored_state.py",
+                 "test_qm_store.py", "test_poison.py")
 OTHER_BUILD = {"mypyc": "python", "python": "mypyc"}
 
 
@@ -67,12 +72,13 @@ def test_without_its_manifest_the_compiled_modules_are_not_loaded(copied_tree):
 
 
 def test_the_sans_io_tests_pass_on_the_other_build():
-    """This session runs them on its own build; here they run on the other one."""
+    """This session runs them on its own build; here they run on the other one (those of no serial
+    group: no second Spark job beside the session's)."""
     other = OTHER_BUILD[streaming.build_choice()[0]]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
                            *(f"tests/{name}" for name in SANS_IO_TESTS),
                            "tests/test_native_build.py::test_this_session_runs_the_compiled_build_unless_told_otherwise"],
-                          env={**os.environ, streaming.BUILD_ENV: other}, cwd=ROOT,
+                          env={**os.environ, streaming.BUILD_ENV: other, WITHOUT_SERVICES_ENV: "1"}, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:]
     assert " passed" in done.stdout.splitlines()[-1]

@@ -12,6 +12,7 @@ from replication_harness import arrival_ms
 from streaming.operators.notifications import Settings
 from streaming.operators.notifications import QueueManager
 from streaming.spark import discovery_query, notification_query, replication_query
+from conftest import spies_on_calls
 
 
 def frames(protocol: str, key_of, count=3000, seed=4) -> dict[str, pd.DataFrame]:
@@ -128,6 +129,7 @@ def discovery_query_state_key(body: bytes) -> str:
     return state_key("mqsd", decode("mqsd", bytes(body)), {})
 
 
+@spies_on_calls
 @pytest.mark.parametrize("mode", ["immediate", "batched"])
 def test_a_notification_that_raises_is_a_dead_letter_and_the_queue_manager_skips_it(monkeypatch, mode):
     from streaming.operators.notifications import queue_manager_of
@@ -163,6 +165,7 @@ def stored_queue_manager(tester: TwsTester, key: str):
     return pickle.loads(core)
 
 
+@spies_on_calls
 def test_a_replication_timer_that_raises_is_a_dead_letter_and_the_replica_stays_as_it_was(monkeypatch):
     from streaming.operators.replication import Replica
     # a BSC: its BSC Ack Timer (12 hours, MC-MQDSRP 3.3.6.2) is always due some time after its traffic

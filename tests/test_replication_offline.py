@@ -13,6 +13,7 @@ from producers.simulator import Faults, Simulator
 from replication_harness import OfflineJob
 from streaming.apps.verify import compare_notifications, compare_replication
 from streaming.wire.seqnum import seq_from_hex
+from conftest import spies_on_calls
 
 
 @functools.lru_cache(maxsize=None)
@@ -262,6 +263,7 @@ def test_first_arrivals_forget_their_oldest_entry_first_like_a_list_would():
             assert arrivals.keep(key, ms) == expected, (seed, key, ms)
 
 
+@spies_on_calls
 def test_a_published_version_is_its_directory_objects_row_as_json():
     """The replication operator builds the published record itself, memoised by content across the
     replicas (replication_rows.published_version): it must equal the reference built from the

@@ -17,7 +17,7 @@ completed request is remembered FORGET_AFTER_MS past its deadline, to recognise 
 learn the site a late local-site reply serves); then it is forgotten. What is due happens before a
 message that arrives after it (on_time), so the outcome never depends on where micro-batches end.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from .server_registry import Check
 
@@ -66,7 +66,7 @@ class DiscoveryState:
 class Outcome:
     """A completed request: the row of discovery_requests."""
     request_id: str
-    request: Request
+    request: Request | None
     outcome: str                       # local-site, remote-site or no-reply
     completed_ms: int
     directory_servers: list[str]
@@ -103,8 +103,10 @@ class Discovery:
             return []
         if state.done:
             return [Orphan(request_id, reply, "late: the request had already completed")]
-        if reply.arrival_ms > state.deadline_ms:
-            return self.on_timer(state, request_id, state.deadline_ms) + [
+        deadline_ms = state.deadline_ms
+        assert deadline_ms is not None                      # a request's deadline is set with it
+        if reply.arrival_ms > deadline_ms:
+            return self.on_timer(state, request_id, deadline_ms) + [
                 Orphan(request_id, reply, "late: after the Wait For Response timer")]
         state.replies += 1
         if reply.server_size == 0:                                 # case C: a server of the client's site
@@ -152,11 +154,16 @@ def forget_at(state: DiscoveryState) -> int | None:
     at once when it never came (its replies are orphans); None while it is not complete."""
     if not state.done:
         return None
-    return 0 if state.request is None else state.deadline_ms + FORGET_AFTER_MS
+    if state.request is None:
+        return 0
+    assert state.deadline_ms is not None                    # a request's deadline is set with it
+    return state.deadline_ms + FORGET_AFTER_MS
 
 
 def forget(state: DiscoveryState) -> None:
-    vars(state).update(vars(DiscoveryState()))
+    fresh = DiscoveryState()
+    for name in [f.name for f in fields(DiscoveryState)]:    # no vars(): a compiled class has no __dict__
+        setattr(state, name, getattr(fresh, name))
 
 
 def state_to_json(state: DiscoveryState) -> str:

@@ -9,8 +9,10 @@ replay writes the same rows again.
 """
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import ClassVar
 
 from ..wire.envelope import millis
+from .python_class import python_class
 
 __all__ = ["Aggregate", "BUCKET_MS", "evidence", "FindingLog", "FLOOD_PER_MINUTE", "KINDS", "RejectedPackets"]
 
@@ -49,6 +51,7 @@ KINDS: dict[str, tuple[str, str]] = {
 }
 
 
+@python_class
 @dataclass
 class Aggregate:
     count: int
@@ -62,6 +65,7 @@ class Aggregate:
         return self.count, self.first_ms, self.last_ms, self.first, self.last, self.detail
 
 
+@python_class
 class FindingLog:
     """A key's findings by (kind, source, target, bucket start). record() in arrival order; rows()
     the aggregates touched since the last call; forget(watermark) drops the buckets no message can
@@ -116,7 +120,7 @@ class RejectedPackets:
     Kafka order. A bucket that ended KEEP_MS before the latest packet's time is final and
     forgotten, decided packet by packet, so the rows are the same however the batches fall (a
     capture replayed more than a day late starts its hours' rows afresh)."""
-    KEEP_MS = 24 * BUCKET_MS
+    KEEP_MS: ClassVar[int] = 24 * BUCKET_MS
 
     def __init__(self, log: FindingLog | None = None, now_ms: int | None = None):
         self.log = log or FindingLog()

@@ -8,7 +8,7 @@ the offline harness of the tests both drive the queue manager through `advance`.
 """
 import json
 import struct
-from collections import namedtuple
+from typing import Any, NamedTuple
 
 from ..wire import WireError, decode
 from .notification_rows import directory_version
@@ -17,11 +17,29 @@ from .notifications import QueueManager, notification_from
 __all__ = ["advance", "apply_row", "DIRECTORY", "directory_row", "DIRECTORY_VERSIONS", "order", "pack_versions",
            "Row", "ROW_FIELDS", "split", "unpack_versions"]
 
-ROW_FIELDS = ("event_ms", "kind", "topic", "partition", "offset", "body", "message_id", "sender_identifier_type",
-              "authentication_level", "source_machine", "destination_machine", "destination_queue", "capture")
-# capture: a capture producer's position of the message (a Kafka header); None in rows a state
-# stored before it was carried
-Row = namedtuple("Row", ROW_FIELDS, defaults=(None,))
+
+
+class Row(NamedTuple):
+    """One input row of a queue manager. Typed Any: the Spark adapter builds rows from pandas columns
+    (numpy integers among them), which the compiled build would refuse as int."""
+    event_ms: Any
+    kind: Any
+    topic: Any
+    partition: Any
+    offset: Any
+    body: Any
+    message_id: Any
+    sender_identifier_type: Any
+    authentication_level: Any
+    source_machine: Any
+    destination_machine: Any
+    destination_queue: Any
+    # a capture producer's position of the message (a Kafka header); None in rows a state stored
+    # before it was carried
+    capture: Any = None
+
+
+ROW_FIELDS = Row._fields
 DIRECTORY = "directory"
 # Many directory versions for one queue manager in one input row: (event_ms, body) pairs, each an
 # int64 and a uint32 length (little-endian) before the body. A version a row of its own cost the

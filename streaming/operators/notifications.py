@@ -29,12 +29,14 @@ cleanup timer's default is 30 minutes); a copy is recorded as `duplicate` (updat
 first copy, -2 for the second, ...) and neither counted towards a batch nor applied.
 """
 import bisect
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from enum import StrEnum
 
 from ..wire.guid import GUID_NULL
 from .findings import FLOOD_PER_MINUTE, FindingLog, evidence
+from .python_class import python_class
 from ..wire.mqcn import EVENTS, ChangeNotificationMessage, Command, Event
 from ..wire.mqqb import FormatName, parse_format_name
 from ..wire.properties import MQDS_MACHINE, MQDS_QUEUE, object_type_of
@@ -53,7 +55,7 @@ UNRESOLVED_WAIT_MS = 15 * MINUTE      # [INFERENCE] how long a read waits for a 
 APPEARED = "resolved when the object appeared in a replica"
 
 # [MS-MQDMPR] 3.1.7.1.33 Set Queue Defaults, as PROPIDs (revision 17 of MQCN 3.2.5.1).
-QUEUE_DEFAULTS = {"PROPID_Q_LABEL": "", "PROPID_Q_TYPE": GUID_NULL, "PROPID_Q_JOURNAL": 0, "PROPID_Q_QUOTA": 0xFFFFFFFF,
+QUEUE_DEFAULTS: dict[str, Any] = {"PROPID_Q_LABEL": "", "PROPID_Q_TYPE": GUID_NULL, "PROPID_Q_JOURNAL": 0, "PROPID_Q_QUOTA": 0xFFFFFFFF,
                   "PROPID_Q_JOURNAL_QUOTA": 0xFFFFFFFF, "PROPID_Q_AUTHENTICATE": 0, "PROPID_Q_PRIV_LEVEL": 1, "PROPID_Q_TRANSACTION": 0,
                   "PROPID_Q_BASEPRIORITY": 0}
 # 3.2.5.1 v1 create: the attributes taken from the message.
@@ -90,6 +92,7 @@ class Result(StrEnum):
     DUPLICATE = "duplicate"                       # a copy of a message already received
 
 
+@python_class
 @dataclass
 class Settings:
     mode: str = Mode.BATCHED
@@ -103,8 +106,8 @@ class Settings:
 class Update(NamedTuple):
     """One v1 Notification Update (MQCN 2.2.6) as the queue manager keeps it: properties as
     (PROPID, JSON value) pairs."""
-    command: int                                      # a mqcn.Command
-    use_guid: bool
+    command: int | None                               # a mqcn.Command (None: the row of a v1 message of no update)
+    use_guid: int | None                              # the wire's UseGuid, 0x00 or 0x01
     path: str | None
     guid: str | None
     props: list
@@ -113,9 +116,10 @@ class Update(NamedTuple):
 _NO_UPDATE = Update(None, None, None, None, [])        # a v1 message of no update: its one outcome row
 
 
+@python_class
 @dataclass
 class Notification:
-    message_id: str
+    message_id: str | None                          # the envelope may not know it
     arrival_ms: int
     version: int
     sender_identifier_type: str | None
@@ -134,6 +138,7 @@ class Notification:
         self.__dict__.update(state)
 
 
+@python_class
 @dataclass
 class Version:
     """One replica's version of a directory object (from the MQDSRP operator)."""
@@ -142,12 +147,13 @@ class Version:
     seq_number: int
     deleted: bool
     object_type: str
-    properties: dict[str, object]                     # PROPID name -> value
+    properties: dict[str, Any]                       # PROPID name -> value
 
 
+@python_class
 @dataclass
 class QueueRecord:
-    attributes: dict[str, object]                     # PROPID name -> value
+    attributes: dict[str, Any]                       # PROPID name -> value
     deleted: bool = False
     last_notification: str | None = None
     updated_ms: int = 0
@@ -157,29 +163,33 @@ class QueueRecord:
     since_read: set = field(default_factory=set)      # attributes (and "deleted") set by later notifications
 
 
+@python_class
 @dataclass
 class QMState:
     machine_id: str
     machine_name: str | None = None
     quota: int | None = None
     journal_quota: int | None = None
-    security: object = None
+    security: Any = None
     qm_read_ms: int | None = None
     qm_read_event_ms: int | None = None
     qm_read_seq: int | None = None
     qm_since_read: set = field(default_factory=set)
     updated_ms: int = 0
     queues: dict[str, QueueRecord] = field(default_factory=dict)
-    pending: list[Notification] = field(default_factory=list)
+    # a list of Notification, or what the Spark adapter reads lazily in its place (append, iteration, len)
+    pending: Any = field(default_factory=list)
     timer_ms: int | None = None
     timer_started_ms: int | None = None
     last_processed_ms: int | None = None
     batches: int = 0
-    directory: dict[str, list[Version]] = field(default_factory=dict)
+    # a dict, or the Spark adapter's that reads objects as they are looked up: a MutableMapping, so that
+    # the compiled build calls its methods rather than the dict's own
+    directory: MutableMapping[str, list[Version]] = field(default_factory=dict)
     several_versions: set = field(default_factory=set)    # objects with more than one version: what forgetting folds
-    unresolved: dict[str, list[tuple[str, int, str, int, int]]] = field(default_factory=dict)
+    unresolved: dict[str, list[tuple[str | None, int, str, int, int]]] = field(default_factory=dict)
     # object guid -> [(message_id, arrival_ms, event, batch, read_ms)]
-    message_ids: dict[str, tuple[int, int]] = field(default_factory=dict)
+    message_ids: dict[str | None, tuple[int, int]] = field(default_factory=dict)
     # MessageIDHistoryTable: message id -> (last seen arrival_ms, copies seen), oldest first
     # security findings (not in the spec): each sender's arrivals of the last minute, and the
     # aggregates; None in a state written before them
@@ -195,7 +205,7 @@ class QMState:
 
 @dataclass
 class Outcome:
-    message_id: str
+    message_id: str | None                          # the envelope may not know it
     index: int                        # the Notification Update's index (v1), 0 for v2
     version: int
     action: str                       # the v1 command or v2 event, in words
@@ -230,10 +240,10 @@ class MessageIdHistory:
     arrival_ms, copies seen), oldest first): entries not seen for MESSAGE_ID_HISTORY_MS are
     forgotten (3.1.6.7) before each look."""
 
-    def __init__(self, ids: dict[str, tuple[int, int]]):
+    def __init__(self, ids: dict[str | None, tuple[int, int]]):
         self.ids = ids
 
-    def renew(self, message_id: str, arrival_ms: int) -> int:
+    def renew(self, message_id: str | None, arrival_ms: int) -> int:
         """The copies of the message seen before this one (0: the first), its entry renewed."""
         history = self.ids
         while history:
@@ -260,7 +270,7 @@ class QueueManager:
         self.qm_touched = False
         self.arrived = False                              # a notification joined the batching window
         self.current: Notification | None = None          # the notification being processed
-        self._earliest_read: int | None | object = _NOT_KNOWN   # the earliest unresolved read (None: none)
+        self._earliest_read: Any = _NOT_KNOWN      # the earliest unresolved read (None: none)
 
     def take_outputs(self) -> QueueManagerOutputs:
         """Everything collected since the last take, handed over and forgotten here."""
@@ -298,10 +308,11 @@ class QueueManager:
         if self.state.findings is None:
             self.state.findings, self.state.recent_arrivals = FindingLog(), {}
         origin = n.origin or (None, None, None)
-        where = evidence(*origin[:3], n.message_id, origin[4] if len(origin) > 4 else None)
+        where = evidence(origin[0], origin[1], origin[2], n.message_id, origin[4] if len(origin) > 4 else None)
         if n.version == 1 and n.authentication_level in (None, "None"):
             self.state.findings.record("mqcn-unauthenticated", n.source, self.state.machine_id, n.arrival_ms, where)
         recent = self.state.recent_arrivals
+        assert recent is not None                   # kept from the state's first findings on
         for source in [s for s, times in recent.items() if times[-1] <= n.arrival_ms - MINUTE]:
             del recent[source]                      # nothing from it in the last minute
         mine = recent.setdefault(n.source or "", [])
@@ -334,11 +345,12 @@ class QueueManager:
         whole directory, so the input order calls it once per micro-batch, not before every row)."""
         while True:
             deadline = self.unresolved_deadline_ms()
-            batch_due = self.state.timer_ms is not None and self.state.timer_ms <= now_ms
-            if deadline is not None and deadline <= now_ms and (not batch_due or deadline < self.state.timer_ms):
+            timer = self.state.timer_ms
+            batch_due = timer is not None and timer <= now_ms
+            if deadline is not None and deadline <= now_ms and (timer is None or not batch_due or deadline < timer):
                 self._give_up_unresolved(deadline)
-            elif batch_due:
-                fired = self.state.timer_ms
+            elif timer is not None and batch_due:
+                fired = timer
                 due = [n for n in self.state.pending if n.arrival_ms <= fired]
                 later = [n for n in self.state.pending if n.arrival_ms > fired]
                 self._fire(fired, due)
@@ -514,6 +526,7 @@ class QueueManager:
     def _process_v2(self, n: Notification, now: int, batch: int) -> None:
         """3.2.5.2: events 1 and 2 read a queue, 4 the queue manager; 3 deletes without a read."""
         action, guid = self._action(n), n.object_guid
+        assert guid is not None                      # a v2 body always has its ObjectGuid (2.2.5)
         if n.event == Event.DELETE_QUEUE:
             self._delete(n, 0, guid, now, batch, action)
             return
@@ -632,6 +645,8 @@ class QueueManager:
         waiting = self._stop_awaiting(guid)
         for message_id, arrival, event, batch, read in waiting:
             wanted = "machine" if event == Event.CHANGE_MACHINE else "queue"
+            outcome: str
+            reason: str | None
             if event == REFRESH:
                 if version.object_type == "queue" and not version.deleted:
                     self._apply_queue(guid, version, max(version.event_ms, read), None)
@@ -764,7 +779,7 @@ class QueueManager:
             return EVENTS.get(n.event, f"event {n.event}")
         return ", ".join(_v1_action(u) for u in n.updates) or "v1"
 
-    def _record(self, n: Notification, *, index: int = 0, action: str, guid, outcome: Result, reason, batch,
+    def _record(self, n: Notification, *, index: int = 0, action: str, guid, outcome: str, reason, batch,
                 now) -> None:
         self.outcomes.append(Outcome(n.message_id, index, n.version, action, guid, outcome, reason, batch,
                                      n.arrival_ms, now))
@@ -825,17 +840,18 @@ def _v1_action(update: Update) -> str:
         return "delete queue"
     kind = object_type_of(props[0][0]) if props else 0
     target = {MQDS_QUEUE: "queue", MQDS_MACHINE: "queue manager"}.get(kind, f"object type {kind}")
-    return {Command.CREATE: f"create {target}", Command.UPDATE: f"update {target}"}.get(command, f"command {command}")
+    words: dict[Any, str] = {Command.CREATE: f"create {target}", Command.UPDATE: f"update {target}"}
+    return words.get(command, f"command {command}")
 
 
-def notification_from(msg: ChangeNotificationMessage, *, message_id: str, arrival_ms: int,
+def notification_from(msg: ChangeNotificationMessage, *, message_id: str | None, arrival_ms: int,
                       sender_identifier_type: str | None, authentication_level: str | None,
                       source: str | None, destination_queue: str | None = None) -> Notification:
     n = Notification(message_id, arrival_ms, msg.version, sender_identifier_type, authentication_level, source,
                      destination_queue=destination_queue)
     if msg.version == 1:
         n.updates = [Update(u.command, u.use_guid, u.path_name, u.guid_identifier,
-                            [(p.prop_id, json_value(p.value)) for p in u.properties]) for u in msg.updates]
+                            [(p.prop_id, json_value(p.value)) for p in u.properties]) for u in msg.updates or ()]
     elif msg.body is not None:
         n.event, n.object_guid, n.domain_controller = msg.body.event, msg.body.object_guid, msg.body.domain_controller
     return n

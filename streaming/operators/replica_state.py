@@ -5,6 +5,7 @@ The layout is version 1; later fields were appended over releases, so a state wi
 checkpoint of an earlier release) is read with their defaults. PurgeState is stored as its int.
 """
 import marshal
+from typing import Any, cast
 
 from ..wire.mqdsrp import DirectoryChange
 from ..wire.properties import Property
@@ -23,8 +24,9 @@ def _change_tuple(c: DirectoryChange) -> tuple:
 
 
 def _change_from(t) -> DirectoryChange:
-    *head, props = t
-    return DirectoryChange(*head, [Property(k, v) for k, v in props])
+    command, use_guid, path_name, guid, partition_id, previous_seq, seq, purged_seq, props = t
+    return DirectoryChange(command, use_guid, path_name, guid, partition_id, previous_seq, seq, purged_seq,
+                           [Property(k, v) for k, v in props])
 
 
 def _neighbor_tuple(n: Neighbor) -> tuple:
@@ -66,8 +68,8 @@ def state_from_bytes(raw: bytes) -> ServerState:
         # a state written before the health fields lacks them (checkpoints of earlier versions)
         s.partitions[pid] = Partition(pid, auth, last, purged, allowed, PurgeState(state), prev_purged, cmw,
                                       [_change_from(c) for c in pending], initial, *health)
-    s.psc_neighbors = {n.machine_name: n for n in map(_neighbor_from, pscs)}
-    s.bsc_neighbors = {n.machine_name: n for n in map(_neighbor_from, bscs)}
+    s.psc_neighbors = {cast(Any, n.machine_name): n for n in map(_neighbor_from, pscs)}
+    s.bsc_neighbors = {cast(Any, n.machine_name): n for n in map(_neighbor_from, bscs)}
     s.deleted = {d[0]: DeletedObject(*d) for d in deleted}
     s.forwarded = {k: ForwardedRequest(*rest) for k, *rest in forwarded}
     s.nack_resends, s.bsc_ack_due_ms, s.now_ms, s.messages_sent, s.initialized = (

@@ -16,7 +16,7 @@ existed has 256 buckets and keeps them.
 import marshal
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 __all__ = ["bucket_of", "BucketBackend", "DictBackend", "DirObject", "ENTRIES_PER_BUCKET", "LEGACY_BUCKETS",
            "ObjectStore", "StoreLayout"]
@@ -32,7 +32,7 @@ class DirObject:
     object_type: int
     path_name: str | None
     seq_number: int
-    properties: dict[int, object]
+    properties: dict[int, Any]
 
     def to_tuple(self) -> tuple:
         return (self.guid, self.partition_id, self.object_type, self.path_name, self.seq_number, self.properties)
@@ -76,7 +76,7 @@ class BucketBackend(Protocol):
 
 
 class DictBackend:
-    def __init__(self):
+    def __init__(self) -> None:
         self.data: dict[int, bytes] = {}
 
     def load(self, bucket: int) -> bytes | None:
@@ -105,7 +105,7 @@ class ObjectStore:
     def __init__(self, backend: BucketBackend, layout: StoreLayout | None = None):
         self.backend = backend
         self.layout = layout if layout is not None else StoreLayout()   # the replica's (Replica attaches it)
-        self._loaded: dict[int, dict[str, tuple]] = {}
+        self._loaded: dict[int, dict[str, Any]] = {}
         self._dirty: set[int] = set()
         self.touched: dict[str, DirObject | None] = {}     # guid -> object after this batch (None: removed)
         self.removed: dict[str, DirObject] = {}            # guid -> object as it was when removed
@@ -118,14 +118,14 @@ class ObjectStore:
         self.clock_ms = 0                                  # set by the replica: the event being processed
 
     # ------------------------------------------------------------ buckets
-    def _bucket(self, key: str, b: int | None = None) -> dict[str, tuple]:
+    def _bucket(self, key: str, b: int | None = None) -> dict[str, Any]:
         b = bucket_of(key, self.layout.buckets) if b is None else b
         bucket = self._loaded.get(b)
         if bucket is None:
             bucket = self._loaded[b] = self._read(b)
         return bucket
 
-    def _read(self, b: int) -> dict[str, tuple]:
+    def _read(self, b: int) -> dict[str, Any]:
         present = self.layout.present
         if present is None:                 # a legacy layout: ask the backend
             raw = self.backend.load(b)
@@ -168,11 +168,11 @@ class ObjectStore:
     def _resize(self, buckets: int) -> None:
         """Every entry into its bucket of the new count; every bucket written again (old ones left
         empty are removed)."""
-        old = set(self.layout.present) | set(self._loaded)
-        entries: dict[str, tuple] = {}
+        old = set(self.layout.present or ()) | set(self._loaded)
+        entries: dict[str, Any] = {}
         for b in sorted(old):
             entries.update(self._loaded[b] if b in self._loaded else self._read(b))
-        moved: dict[int, dict[str, tuple]] = {b: {} for b in old}
+        moved: dict[int, dict[str, Any]] = {b: {} for b in old}
         for key, value in entries.items():
             moved.setdefault(bucket_of(key, buckets), {})[key] = value
         self.layout.buckets = buckets

@@ -28,7 +28,7 @@ import itertools
 import zlib
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 from ..wire import mqdsrp
 from ..wire.guid import GUID_NULL
@@ -38,6 +38,7 @@ from ..wire.properties import (MQDS_CN, MQDS_ENTERPRISE, MQDS_MACHINE, MQDS_QUEU
 from ..wire.propids import propid
 from ..wire.seqnum import MAX_SEQ_NUMBER, MIN_SEQ_NUMBER, add, subtract
 from .findings import FindingLog
+from .python_class import python_class
 from .server_registry import SERVICE_BITS, Check
 from .replica_store import DirObject, ObjectStore, StoreLayout
 
@@ -78,6 +79,7 @@ PURGE_MOVES = {
 }
 
 
+@python_class
 class IllegalPurgeMove(RuntimeError):
     """A move PURGE_MOVES does not hold: a bug in the replica, never a message's fault."""
 
@@ -148,7 +150,7 @@ class Partition:
 class Neighbor:
     """DirectoryNeighbor (3.1.1.2.4) with its AvailableChangeCollection."""
     partition_id: str
-    machine_name: str
+    machine_name: str | None              # None only for a machine object named nowhere (kept as it came)
     acked_seq: int = MIN_SEQ_NUMBER
     acked_pec_seq: int = MIN_SEQ_NUMBER
     last_acked_ms: int = 0
@@ -198,8 +200,8 @@ class ServerState:
 # ================================================================== outputs
 @dataclass
 class Outbound:
-    destination: str
-    message: object                 # an mqdsrp inner message (SyncRequestMessage, PSCAckMessage, ...)
+    destination: str | None
+    message: Any                    # an mqdsrp inner message (SyncRequestMessage, PSCAckMessage, ...)
     reason: str
     partition_id: str | None = None
     body: bytes | None = None       # a resend (3.3.7.9) carries the original body unchanged
@@ -325,7 +327,7 @@ class Replica:
             _NORMAL_HANDLERS[op](self, msg, source, body)
         elif message_class in NACK_CLASSES:
             if op == mqdsrp.OP_CHANGE_REQUEST:
-                self._receive_change_request_nack(msg.change_request)
+                self._receive_change_request_nack(_inner(msg.change_request))
             else:
                 self._receive_request_nack(message_class, destination_queue, body)
         else:
@@ -386,7 +388,7 @@ class Replica:
 
     # ------------------------------------------------------------ 3.2.7.1 Receive Change Propagation
     def _receive_change_propagation(self, msg: mqdsrp.ReplicationMessage, source: str | None) -> None:
-        prop = msg.change_propagation
+        prop = _inner(msg.change_propagation)
         for change in prop.directory_changes:
             self._process_change(change, check_flush=prop.flush == 0x00, source=source)
         if source and self._is_bsc() and source != self.name:
@@ -398,6 +400,8 @@ class Replica:
         header = prop.seq_number_header
         if header.count == 0:
             return
+        machine_name = header.machine_name
+        assert machine_name is not None                  # 2.2.5.2.1: present whenever Count is not 0
         for entry in header.partition_seq_numbers:
             p = self.state.partitions.get(entry.partition_id)
             if p is None or self.owns(p) or entry.purged_seq_number < p.purged_seq:
@@ -409,9 +413,9 @@ class Replica:
             if entry.last_seq_number <= p.last_seq or entry.last_seq_number < p.change_missing_window:
                 continue
             if self._is_psc() or p.partition_id == PEC_PARTITION_ID and not p.authority:
-                p.authority = header.machine_name
+                p.authority = machine_name
             else:
-                self.state.my_psc_name = header.machine_name
+                self.state.my_psc_name = machine_name
             p.change_missing_window = add(entry.last_seq_number, 1)
             self._send_sync_request(p, "seq-number-header")
 
@@ -513,7 +517,7 @@ class Replica:
 
     # ------------------------------------------------------------ MQDS object operations ([MS-MQDS] 3.2.6)
     @staticmethod
-    def _stored_properties(properties: list[Property]) -> dict[int, object]:
+    def _stored_properties(properties: list[Property]) -> dict[int, Any]:
         return {prop.prop_id: prop.value for prop in properties if prop.prop_id not in RESERVED_PROPIDS}
 
     def _resolve(self, path: str | None, guid: str | None) -> str | None:
@@ -581,7 +585,7 @@ class Replica:
         mine = self._my_site_partition()
         if not (self._is_psc() and mine is not None and p.partition_id == mine.partition_id):
             return
-        name = obj.properties.get(QM_PATHNAME) or obj.path_name
+        name: Any = obj.properties.get(QM_PATHNAME) or obj.path_name     # Any: None is kept as a key, as it came
         if obj.properties.get(QM_SERVICE) == SERVICE_BSC:
             self.state.bsc_neighbors.setdefault(name, Neighbor(p.partition_id, name))
         elif QM_SERVICE in obj.properties:
@@ -626,7 +630,7 @@ class Replica:
                 del self.state.psc_neighbors[name]
             need_flush = True
         if object_type == MQDS_MACHINE and obj is not None and self._is_psc():
-            self.state.bsc_neighbors.pop(obj.properties.get(QM_PATHNAME) or obj.path_name, None)
+            self.state.bsc_neighbors.pop(cast(Any, obj.properties.get(QM_PATHNAME) or obj.path_name), None)
         return Handled(True, need_flush)
 
     # ------------------------------------------------------------ 3.1.7.2.8 Handle Directory Sync
@@ -636,7 +640,9 @@ class Replica:
         if existing is None:
             obj = self._create_object(p, object_type, path, key, properties, seq)
         else:
-            obj = self._update_object(p, path, key, properties, seq)
+            updated = self._update_object(p, path, key, properties, seq)
+            assert updated is not None                 # the store holds it: existing
+            obj = updated
         if key in self.state.deleted:                  # re-synchronised: no longer a deleted object
             self.deleted_touched[key] = (self.state.deleted.pop(key), "resynchronised", self.state.now_ms)
         changed = {prop.prop_id: prop.value for prop in properties}
@@ -1042,3 +1048,13 @@ def _machine_of(format_name: str | None) -> str | None:
 
 def _digest(body: bytes) -> str:
     return format(zlib.crc32(body), "08x")
+
+
+M = TypeVar("M")
+
+
+def _inner(message: M | None) -> M:
+    """The one message of a ReplicationMessage its operation names (set whenever the operation is
+    handled: the decoder sets it with the operation)."""
+    assert message is not None
+    return message

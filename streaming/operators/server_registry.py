@@ -94,7 +94,7 @@ class ServerRegistry:
         self.findings.forget(watermark_ms - DECIDE_AFTER_MS - BUCKET_MS)
 
     def next_timer_ms(self) -> int | None:
-        return min((c.at_ms for c in self.checks), default=None) + DECIDE_AFTER_MS if self.checks else None
+        return min(c.at_ms for c in self.checks) + DECIDE_AFTER_MS if self.checks else None
 
     def to_bytes(self) -> bytes:
         return json.dumps([self.known, [c.to_tuple() for c in self.checks], self.findings.to_list()]).encode()

@@ -4,6 +4,7 @@ v2 Notification Body (2.2.5). The MSMQ body is the message plus one unused byte 
 import re
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
+from typing import Any
 
 from .changes import MIN_CHANGE_SIZE, read_target, target_bytes
 from .guid import guid_to_bytes
@@ -36,7 +37,7 @@ class Event(StrEnum):
 
 COMMANDS: dict[int, str] = {Command.CREATE: "creation", Command.UPDATE: "change", Command.DELETE: "deletion"}
 # What each event does, in the words of the outcome rows (the machine object is the queue manager's, 3.2.5.2)
-EVENTS = {Event.CREATE_QUEUE: "create queue", Event.CHANGE_QUEUE: "change queue", Event.DELETE_QUEUE: "delete queue",
+EVENTS: dict[Any, str] = {Event.CREATE_QUEUE: "create queue", Event.CHANGE_QUEUE: "change queue", Event.DELETE_QUEUE: "delete queue",
           Event.CHANGE_MACHINE: "change queue manager"}
 RESERVED_SIZE = 24
 MAX_DC_NAME = 256            # DirectoryServiceServer = 1*256(VCHAR)

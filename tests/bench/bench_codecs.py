@@ -1,7 +1,8 @@
 """Decoded messages per second per protocol on one core (prints figures; not a timed test).
 
-Run: make bench   (or .venv/bin/python tests/bench/bench_codecs.py [--seconds 1.0])
-Target: at least 50,000 typical messages per second per protocol.
+Run: make bench   (or .venv/bin/python tests/bench/bench_codecs.py [--seconds 1.0] [--builds])
+Target: at least 50,000 typical messages per second per protocol. --builds: the compiled build
+against the pure-Python sources, side by side (tests/bench/builds.py).
 """
 import argparse
 import sys
@@ -9,9 +10,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from samples import P, QUEUE, SITE_A, directory_change, mqcn_messages, mqdsrp_messages, mqsd_messages  # noqa: E402
 
+from builds import figures_line, print_comparison, side_by_side  # noqa: E402
 from streaming.wire import decode, encode, mqcn, mqdsrp  # noqa: E402
 
 TARGET = 50_000
@@ -55,7 +58,18 @@ def rate(protocol: str, bodies: list[bytes], seconds: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=1.5)
+    parser.add_argument("--builds", action="store_true", help="the compiled build against the pure-Python sources")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.builds:
+        print(f"decode throughput, one core, best of 3 rounds of {args.seconds:.1f} s per case and build")
+        print_comparison(side_by_side(__file__, ["--seconds", str(args.seconds)]), "msg/s")
+        return 0
+    if args.json:
+        figures = {f"{p} typical mix": rate(p, bodies, args.seconds) for p, bodies in typical_bodies().items()}
+        figures.update({label: rate(p, [body], args.seconds) for label, (p, body) in heavy_bodies().items()})
+        print(figures_line(figures))
+        return 0
     print(f"decode throughput, one core, {args.seconds:.1f} s per case (target {TARGET:,}/s typical)")
     ok = True
     for protocol, bodies in typical_bodies().items():

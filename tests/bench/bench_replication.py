@@ -9,6 +9,7 @@ The objects are split over --servers BSC replicas (one Spark task each), fed by 
 propagations of --per-message changes, as a PSC sends them.
 
 Run: make bench-replication  (or .venv/bin/python tests/bench/bench_replication.py --objects 200000)
+     --builds: the sans-IO core alone, compiled build against pure-Python sources side by side
 """
 import argparse
 import random
@@ -19,6 +20,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from builds import figures_line, print_comparison, side_by_side  # noqa: E402
 
 from infra.broker import EmbeddedBroker  # noqa: E402
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics  # noqa: E402
@@ -138,8 +142,18 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=200_000)
     ap.add_argument("--servers", type=int, default=2)
     ap.add_argument("--per-message", type=int, default=200)
+    ap.add_argument("--builds", action="store_true", help="the core on the compiled build and on the sources")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     per_server = args.objects // args.servers
+    core = lambda: core_rate(per_server, min(args.updates // args.servers, 50_000), args.per_message)  # noqa: E731
+    if args.json:
+        print(figures_line({f"core, {per_server:,} objects": core()}))
+        return
+    if args.builds:
+        print("the replication operator's sans-IO core, one core, best of 3 rounds per build")
+        print_comparison(side_by_side(__file__, sys.argv[1:]), "changes/s")
+        return
     print(f"core (sans-IO, one core, {per_server:,} objects): "
           f"{core_rate(per_server, min(args.updates // args.servers, 50_000), args.per_message):,.0f} changes/s")
 
