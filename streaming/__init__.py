@@ -42,6 +42,8 @@ def _compiled_build_problem() -> str | None:
     """Why the compiled build cannot be used (None: it can)."""
     if os.environ.get(BUILD_ENV, "").lower() == "python":
         return f"{BUILD_ENV}=python"
+    if not _HERE.is_dir():                   # imported from a zip: a cluster's executors, from the job's archive
+        return "the job's code archive ships the sources only"
     try:
         built = json.loads((_HERE / MANIFEST).read_text())["sources"]
     except (OSError, ValueError, KeyError):

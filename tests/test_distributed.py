@@ -26,6 +26,10 @@ def test_standalone_cluster_matches_local_mode(broker, tmp_path, spark):
         shipped = list((tmp_path / "spark" / "work").rglob("msmq-dirstream-code-*.zip"))
         assert shipped, "the executor received the job's code archive"
         assert len(list((tmp_path / "started").iterdir())) > 1, "the executors ran the worker interpreter"
+        # the executors import the archive's sources: the tables below are the pure-Python build's,
+        # the local run's the session's (the compiled build under make test)
+        assert "dirstream run: on the executors, the codecs run as pure Python (the job's code archive ships " \
+               "the sources only)" in done.stdout + done.stderr
     finally:
         cluster.stop()
     a, b = raw_tables(local), raw_tables(remote)

@@ -18,7 +18,7 @@ SANS_IO_TESTS = ("test_mqcn.py", "test_mqdsrp.py", "test_mqsd.py", "test_propvar
                  "test_seqnum.py", "test_fuzz.py", "test_typed_rows.py", "test_rejected_packets.py",
                  "test_replication.py", "test_notifications.py", "test_discovery.py", "test_operator_rows.py",
                  "test_operator_steps.py", "test_findings.py", "test_replication_offline.py", "test_stored_state.py",
-                 "test_qm_store.py", "test_poison.py")
+                 "test_qm_store.py", "test_poison.py", "test_verify_reads.py")
 OTHER_BUILD = {"mypyc": "python", "python": "mypyc"}
 
 
@@ -82,3 +82,45 @@ def test_the_sans_io_tests_pass_on_the_other_build():
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:]
     assert " passed" in done.stdout.splitlines()[-1]
+
+
+def test_the_spark_workers_load_the_build_the_driver_reports(spark):
+    """The operators run in Spark's Python workers: in local mode they load the driver's build."""
+    from streaming.spark.pipeline import workers_build_line
+    assert workers_build_line(spark) == streaming.build_line()
+
+
+
+def _qm_values(state) -> dict:
+    """A QMState's fields, its FindingLog (no __eq__) as the list it stores."""
+    return {**vars(state), "findings": state.findings.to_list() if state.findings else None}
+
+
+def _stored_values(raw: bytes) -> dict:
+    """tests/stored_state.py's file with every stored value read back (marshal and pickle bytes of
+    equal values may differ: they record which objects were shared)."""
+    import marshal
+    import pickle
+    import zlib
+    snapshots = marshal.loads(zlib.decompress(raw))
+    return {name: {"replicas": {server: (marshal.loads(state), {b: marshal.loads(v) for b, v in buckets.items()})
+                                for server, (state, buckets) in snap["replicas"].items()},
+                   "queue_managers": {key: _qm_values(pickle.loads(qm)) for key, qm in snap["queue_managers"].items()},
+                   "registry": snap["registry"]}
+            for name, snap in snapshots.items()}
+
+
+def test_both_builds_store_the_same_state(tmp_path):
+    """A replica's state and object buckets, a queue manager's pickled state and the server registry
+    (tests/stored_state.py, written by each build in a process of its own) read back equal: each
+    build goes on from the other's checkpoint."""
+    written = {}
+    for build in OTHER_BUILD:
+        out = tmp_path / f"{build}.bin"
+        done = subprocess.run([sys.executable, str(ROOT / "tests" / "stored_state.py"), str(out)],
+                              env={**os.environ, streaming.BUILD_ENV: build, "PYTHONHASHSEED": "0"},
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        written[build] = _stored_values(out.read_bytes())
+    assert written["mypyc"]["queue managers"]["queue_managers"]
+    assert written["mypyc"] == written["python"]

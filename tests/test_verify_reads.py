@@ -14,6 +14,7 @@ from replication_harness import OfflineJob
 from streaming.apps.verify import compare_notifications
 from streaming.apps.verify_reads import ReplicaHistory
 from test_replication_offline import run
+from conftest import spies_on_calls
 
 
 def _finished(seed: int, drop: float = 0.03, count: int = 1500, quiet_ms: int = 3_600_000,
@@ -182,6 +183,7 @@ def datetime_of(ms: int):
     return datetime.fromtimestamp(ms / 1000, timezone.utc)
 
 
+@spies_on_calls                 # a defective queue manager: its read replaced on the instance
 def test_an_operator_that_reads_versions_dated_after_the_read_fails():
     diffs, _, stale = _operator_rows()
     assert diffs == [] and len(stale) == 1 and "q_quota is 7, the authority's 9: stale by replica lag: 50 ms" in stale[0]

@@ -137,7 +137,7 @@ def _run(args, stop: "StopRequests") -> int:
     import os
 
     from ..spark import topology
-    from ..spark.pipeline import build_spark, source_options, stop_spark
+    from ..spark.pipeline import build_spark, source_options, stop_spark, workers_build_line
     from ..spark.kafka_offsets import SourceError
     from ..sinks import SinkError
 
@@ -202,6 +202,8 @@ def _run(args, stop: "StopRequests") -> int:
              args.bootstrap, masked(args.sink), args.checkpoint, args.master)
     # the whole job's run writes the machine's class archive (a raw-only run would leave out the operators')
     spark = build_spark(args.master, conf=conf, write_class_archive=operators, pretouch=not args.once)
+    if not args.master.startswith("local"):     # a cluster's executors load the code the job ships them
+        say(f"dirstream run: on the executors, {workers_build_line(spark)}")
     try:
         earlier = topology.earlier_layout(args.checkpoint, spark) if operators and not local else None
     except Exception as exc:                    # noqa: BLE001 -- py4j's: the filesystem's own message

@@ -21,7 +21,8 @@ __all__ = ["BatchWriter", "build_spark", "checkpoint_query_id", "DEAD_LETTER_COL
            "default_shuffle_partitions", "driver_frees_memory", "driver_java_options", "DRIVER_MEMORY",
            "DURATION_UNITS_MS", "JIT_OPTIONS", "job_spark_defaults", "log", "M_MMAP_THRESHOLD", "M_TRIM_THRESHOLD",
            "parse_duration_ms", "parse_end_offsets", "parse_trigger", "PYTHON_WORKER_ENV", "source_options",
-           "spark_defaults_file", "start_query", "start_stream", "stop_spark", "user_spark_settings"]
+           "spark_defaults_file", "start_query", "start_stream", "stop_spark", "user_spark_settings",
+           "workers_build_line"]
 
 log = logging.getLogger("dirstream.job")
 DRIVER_MEMORY = "4g"
@@ -116,6 +117,13 @@ def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf
 
 
 _class_archive = ClassArchive(None, write=False)
+
+
+def workers_build_line(spark) -> str:
+    """Which build of the codecs the Python workers load (streaming.build_line), from one task that
+    imports the job's code as the operators' tasks do."""
+    from .. import build_line
+    return spark.sparkContext.parallelize([0], 1).map(lambda _: build_line()).first()
 
 
 def job_spark_defaults(master: str, given: dict, pretouch: bool) -> dict[str, str]:

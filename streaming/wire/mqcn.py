@@ -9,7 +9,7 @@ from typing import Any
 from .changes import MIN_CHANGE_SIZE, read_target, target_bytes
 from .guid import guid_to_bytes
 from .properties import Property, read_properties, write_properties
-from .reader import Reader
+from .reader import Reader, utf16_text
 
 __all__ = ["body_text", "ChangeNotificationMessage", "Command", "COMMANDS", "decode", "encode", "encode_update",
            "Event", "EVENTS", "MAX_DC_NAME", "new_update", "new_v1", "new_v2", "NotificationBody",
@@ -137,7 +137,7 @@ def _read_body(r: Reader) -> NotificationBody:
     r.structure = "NotificationBody"
     start = r.pos
     data = r.buf[start:]
-    available = data[: len(data) & ~1].decode("utf-16-le", "surrogatepass")
+    available = utf16_text(data[: len(data) & ~1])
     end = available.lower().find(_CLOSE)
     if end < 0:
         raise r.error("Notification", "no </Notification> closing tag in the body")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .guid import guid_to_bytes
-from .reader import Reader, u32_bytes
+from .reader import Reader, u32_bytes, utf16_text
 
 __all__ = ["decode", "DirectoryServiceServerEntry", "encode", "encode_reply", "encode_request", "HEADER_SIZE",
            "MAX_NETWORKS", "MqsdPacket", "new_reply", "new_request", "PROTOCOL", "REPLY_FIXED_SIZE",
@@ -159,7 +159,7 @@ def _read_server_array(r: Reader, size: int) -> list[DirectoryServiceServerEntry
     if size % 2:
         raise r.error(field_name, f"size {size} is odd: the array is UTF-16 code units")
     raw = r.raw(field_name, size)
-    text = raw.decode("utf-16-le", "surrogatepass")
+    text = utf16_text(raw)
     if not text.endswith("\x00"):
         raise r.error(field_name, "does not end with the EndList null (0x0000)", start + size - 2)
     entries = []

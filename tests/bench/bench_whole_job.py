@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))                 # job_runs: the tables, row for row
 
 from bench_job import raw_consume_rate  # noqa: E402
 
@@ -38,6 +39,7 @@ from infra.broker import EmbeddedBroker  # noqa: E402
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics  # noqa: E402
 from producers.publish import publish_envelope  # noqa: E402
 from producers.simulator import Faults, Simulator  # noqa: E402
+from streaming import BUILD_ENV  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
 from streaming.spark.operator_counts import COUNTS_ENV, SINK_WRITER, read_counts  # noqa: E402
 
@@ -185,16 +187,18 @@ def _tree_stats(root: int, kinds: dict[int, str]) -> tuple[dict[int, int], dict[
 
 
 def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | None = None,
-            code: Path | None = None) -> dict:
+            code: Path | None = None, build: str | None = None) -> dict:
     """`dirstream run --once` into a fresh sink; wall time, peak memory, the machine's CPU seconds
     while it ran, per-query figures. profile: where py-spy's samples of the driver and every Python
     worker go (raw format), then summarised. code: run the project's code from that folder (another
-    revision's checkout) instead of this one."""
+    revision's checkout) instead of this one. build: DIRSTREAM_BUILD for the job (python: the sources
+    even where the compiled build is)."""
     sink = f"sqlite:///{workdir}/{name}.db"
     counts = workdir / f"counts-{name}"     # what the operators did (streaming/spark/operator_counts.py)
     shutil.rmtree(counts, ignore_errors=True)
     counts.mkdir()
-    env = {**os.environ, COUNTS_ENV: str(counts), **({"PYTHONPATH": str(code)} if code else {})}
+    env = {**os.environ, COUNTS_ENV: str(counts), **({"PYTHONPATH": str(code)} if code else {}),
+           **({BUILD_ENV: build} if build else {})}
     started, cpu_before = time.perf_counter(), _busy_cpu_s()
     spy = ([shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses",
             "--nonblocking", "--rate", "50", "--format", "raw", "--output", str(profile), "--"] if profile else [])
@@ -290,12 +294,36 @@ def delete_job_topics(bootstrap: str) -> None:
 def compare_runs(bootstrap: str, workdir: Path, total: int, baseline: Path, runs: int, *extra) -> None:
     """The whole job alternately on a baseline checkout and on this code, on the same published data:
     steady rate, wall and CPU seconds per run, and the ratio of the medians."""
+    alternate(bootstrap, workdir, total, runs, [("baseline", baseline, None), ("current", None, None)], *extra)
+
+
+def compare_builds(bootstrap: str, workdir: Path, total: int, runs: int, *extra) -> None:
+    """The whole job alternately on the pure-Python sources and on the compiled build, on the same
+    published data: as compare_runs, the Python workers' CPU seconds apart, and every table row for
+    row (the last run of each)."""
+    results = alternate(bootstrap, workdir, total, runs, [("python", None, "python"), ("mypyc", None, "mypyc")],
+                        *extra)
+    cpu = {b: sorted(j["cpu_by_kind"].get("Python workers", 0.0) for j in jobs) for b, jobs in results.items()}
+    median = {b: v[len(v) // 2] for b, v in cpu.items()}
+    print(f"Python workers' CPU seconds per {total:,} messages, medians of {runs}: pure Python {median['python']:.0f}, "
+          f"mypyc {median['mypyc']:.0f}: {median['mypyc'] / median['python']:.2f} of the pure-Python build's")
+    from job_runs import differences, dump
+    tables = {b: dump(f"sqlite:///{workdir}/job-{b}-{runs - 1}.db") for b in results}
+    wrong = differences(tables["python"], tables["mypyc"])
+    print("tables row for row, mypyc against pure Python: "
+          + ("the same (" + ", ".join(f"{t} {len(r):,}" for t, r in tables["mypyc"].items() if r) + " rows)"
+             if not wrong else "DIFFERENT: " + "; ".join(wrong)))
+
+
+def alternate(bootstrap: str, workdir: Path, total: int, runs: int, variants: list, *extra) -> dict[str, list[dict]]:
+    """The whole job `runs` times per variant (label, code checkout, build), alternating; prints each
+    run and the ratio of the medians, last variant against the first."""
     import statistics
-    results: dict[str, list[dict]] = {"baseline": [], "current": []}
+    results: dict[str, list[dict]] = {label: [] for label, _code, _build in variants}
     for i in range(runs):
-        for label, code in (("baseline", baseline), ("current", None)):
+        for label, code, build in variants:
             delete_job_topics(bootstrap)    # or a four-query baseline reads the last run's versions too
-            job = run_job(bootstrap, workdir, f"job-{label}-{i}", *extra, code=code)
+            job = run_job(bootstrap, workdir, f"job-{label}-{i}", *extra, code=code, build=build)
             results[label].append(job)
             print(f"   run {i + 1} {label:<8} {total / job['steady_s']:>7,.0f} msg/s steady ({job['steady_s']:.1f} s), "
                   f"wall {job['wall_s']:.1f} s, {job['cpu_s']:.0f} CPU s ("
@@ -306,8 +334,10 @@ def compare_runs(bootstrap: str, workdir: Path, total: int, baseline: Path, runs
            for k, v in results.items()}
     for label, jobs in results.items():
         where_it_goes(jobs[-1], total, f"{label} (last run)")
-    print(f"current / baseline ({baseline}), medians of {runs}: steady rate {med['baseline'][0] / med['current'][0]:.2f}x"
-          f", CPU seconds {med['current'][1] / med['baseline'][1]:.2f} of the baseline's")
+    first, last = variants[0][0], variants[-1][0]
+    print(f"{last} / {first}, medians of {runs}: steady rate {med[first][0] / med[last][0]:.2f}x"
+          f", CPU seconds {med[last][1] / med[first][1]:.2f} of the {first}'s")
+    return results
 
 
 def print_profile(raw: Path, top: int = 12) -> None:
@@ -403,7 +433,8 @@ def spark_kafka_connector() -> str:
 
 
 def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: Path | None = None,
-              only_job: bool = False, baseline: Path | None = None, runs: int = 3, job_args: tuple = ()) -> dict:
+              only_job: bool = False, baseline: Path | None = None, runs: int = 3, job_args: tuple = (),
+              builds: bool = False) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"dirstream-bench-{name}-"))
     broker = EmbeddedBroker(workdir / "broker", port=19398)
     broker.start()
@@ -415,6 +446,9 @@ def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: P
               f"{pub['counts']}, {pub['changes']:,} directory changes, published in {time.perf_counter() - t:.0f} s")
         if baseline:                    # before/after: the whole job alone, alternating
             compare_runs(broker.bootstrap, workdir, total, baseline, runs, *job_args)
+            return {"mix": name}
+        if builds:                      # the compiled build against the sources, alternating
+            compare_builds(broker.bootstrap, workdir, total, runs, *job_args)
             return {"mix": name}
         if only_job:                    # for profiling: the whole job alone
             job = run_job(broker.bootstrap, workdir, "job", *job_args, profile=profile and profile / f"job-{name}.txt")
@@ -480,20 +514,23 @@ def main() -> int:
     parser.add_argument("--only-job", action="store_true", help="measure the whole job alone (profiling)")
     parser.add_argument("--baseline", type=Path, help="a checkout of another revision (git worktree add DIR REV): "
                                                       "the whole job alternately on it and on this code")
-    parser.add_argument("--runs", type=int, default=3, help="with --baseline: runs of each (default 3)")
-    parser.add_argument("--max-records", type=int, help="with --only-job or --baseline: the job's --max-records "
+    parser.add_argument("--builds", action="store_true", help="the whole job alternately on the pure-Python "
+                                                              "sources and on the compiled build")
+    parser.add_argument("--runs", type=int, default=3, help="with --baseline or --builds: runs of each (default 3)")
+    parser.add_argument("--max-records", type=int, help="with --only-job, --baseline or --builds: the job's --max-records "
                                                         "(smaller micro-batches, as a live job makes them)")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="with --only-job or --baseline: passed to the job's --spark-conf (repeatable)")
+                        help="with --only-job, --baseline or --builds: passed to the job's --spark-conf (repeatable)")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    if not (args.only_job or args.baseline):
+    if not (args.only_job or args.baseline or args.builds):
         print(spark_kafka_connector())
     for name in args.mix or list(MIXES):
         job_args = (("--max-records", str(args.max_records)) if args.max_records else ()) + tuple(
             a for conf in args.spark_conf for a in ("--spark-conf", conf))
-        bench_mix(name, MIXES[name], args.messages, args.profile, args.only_job, args.baseline, args.runs, job_args)
+        bench_mix(name, MIXES[name], args.messages, args.profile, args.only_job, args.baseline, args.runs, job_args,
+                  args.builds)
     return 0
 
 
