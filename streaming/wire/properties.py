@@ -20,6 +20,11 @@ class Property:
     prop_id: int
     value: Any
 
+    # written out: mypyc compiles this one, not the one @dataclass generates (3.5 times as fast)
+    def __init__(self, prop_id: int, value: Any) -> None:
+        self.prop_id = prop_id
+        self.value = value
+
     @property
     def name(self) -> str:
         return PROPIDS[self.prop_id][0]
