@@ -204,3 +204,11 @@ def test_the_one_match_fast_path_agrees_with_the_token_walk(edits, flip_case):
     finally:
         mqcn._BODY = saved
     assert fast == slow
+
+
+def test_a_decoded_notification_copies_and_pickles_equal():
+    """On both builds: its updates (a written-out __init__ when compiled) copy and pickle through it."""
+    import copy
+    import pickle
+    msg = mqcn.decode(mqcn.encode(mqcn_messages()["v1_create"]))
+    assert copy.deepcopy(msg) == msg and pickle.loads(pickle.dumps(msg)) == msg

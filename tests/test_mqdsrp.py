@@ -160,3 +160,12 @@ def test_directory_change_command_range():
 
 def test_unterminated_requester_name():
     assert "unterminated" in _err(SYNC_REQUEST[:-2]).reason
+
+
+@pytest.mark.parametrize("name", sorted(mqdsrp_messages()))
+def test_a_decoded_message_copies_and_pickles_equal(name):
+    """On both builds: the compiled records with a written-out __init__ copy and pickle through it."""
+    import copy
+    import pickle
+    msg = mqdsrp.decode(mqdsrp.encode(mqdsrp_messages()[name]))
+    assert copy.deepcopy(msg) == msg and copy.copy(msg) == msg and pickle.loads(pickle.dumps(msg)) == msg

@@ -40,6 +40,10 @@ class DirObject:
         self.guid, self.partition_id, self.object_type, self.path_name = guid, partition_id, object_type, path_name
         self.seq_number, self.properties = seq_number, properties
 
+    def __reduce__(self) -> tuple:
+        """Copied and pickled through the constructor (see streaming.wire.properties.Property.__reduce__)."""
+        return DirObject, self.to_tuple()
+
     def to_tuple(self) -> tuple:
         return (self.guid, self.partition_id, self.object_type, self.path_name, self.seq_number, self.properties)
 

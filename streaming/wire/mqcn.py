@@ -63,6 +63,11 @@ class NotificationUpdate:
         self.guid_master_id, self.reserved, self.properties = guid_master_id, reserved, properties
         self.flags = [] if flags is None else flags
 
+    def __reduce__(self) -> tuple:
+        """Copied and pickled through the constructor (see Property.__reduce__)."""
+        return NotificationUpdate, (self.command, self.use_guid, self.path_name, self.guid_identifier,
+                                    self.guid_master_id, self.reserved, self.properties, self.flags)
+
 
 @dataclass(slots=True)
 class NotificationBody:

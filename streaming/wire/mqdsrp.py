@@ -74,6 +74,11 @@ class DirectoryChange:
         self.partition_id, self.previous_seq_number, self.seq_number = partition_id, previous_seq_number, seq_number
         self.purged_seq_number, self.properties = purged_seq_number, properties
 
+    def __reduce__(self) -> tuple:
+        """Copied and pickled through the constructor (see Property.__reduce__)."""
+        return DirectoryChange, (self.command, self.use_guid, self.path_name, self.guid_identifier, self.partition_id,
+                                 self.previous_seq_number, self.seq_number, self.purged_seq_number, self.properties)
+
 
 @dataclass(slots=True)
 class PartitionSeqNumbers:

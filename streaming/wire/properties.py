@@ -25,6 +25,11 @@ class Property:
         self.prop_id = prop_id
         self.value = value
 
+    def __reduce__(self) -> tuple:
+        """Copied and pickled through the constructor: mypyc's default for a compiled class needs an
+        __init__ that takes no arguments."""
+        return Property, (self.prop_id, self.value)
+
     @property
     def name(self) -> str:
         return PROPIDS[self.prop_id][0]
