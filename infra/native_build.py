@@ -21,18 +21,15 @@ ROOT = Path(__file__).resolve().parents[1]
 GROUP = "streaming.native"                  # the shared library every compiled module's stub loads
 
 
-def _source(module: str) -> Path:
-    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
-
-
 def _suffix() -> str:
     return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
 
 def _compiled_files() -> list[Path]:
     suffix = _suffix()
-    stubs = [_source(m).with_suffix("").with_name(_source(m).stem + suffix) for m in streaming.COMPILED_MODULES]
-    return [*stubs, ROOT.joinpath(*GROUP.split(".")).with_name(GROUP.rpartition(".")[2] + "__mypyc" + suffix)]
+    sources = map(streaming.source_path, streaming.COMPILED_MODULES)
+    shared = ROOT.joinpath(*f"{GROUP}__mypyc".split(".")).with_suffix(suffix)
+    return [*(s.with_name(s.stem + suffix) for s in sources), shared]
 
 
 def clean() -> None:
@@ -52,7 +49,7 @@ def build(opt_level: str = "3") -> None:
     cwd = os.getcwd()
     os.chdir(temp)                          # away from pyproject.toml, which setuptools would apply
     try:
-        extensions = mypycify([str(_source(m)) for m in streaming.COMPILED_MODULES]
+        extensions = mypycify([str(streaming.source_path(m)) for m in streaming.COMPILED_MODULES]
                               + ["--ignore-missing-imports", "--follow-imports=silent"],
                               opt_level=opt_level, group_name=GROUP, target_dir="c")
         setup(name="dirstream-native", ext_modules=extensions, script_args=[

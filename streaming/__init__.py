@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 __all__ = ["BUILD_ENV", "COMPILED_MODULES", "MANIFEST", "build_choice", "build_line", "loaded_build",
-           "source_digest"]
+           "source_digest", "source_path"]
 
 BUILD_ENV = "DIRSTREAM_BUILD"            # "python": the pure-Python sources even where a compiled build is
 MANIFEST = "native-build.json"
@@ -32,10 +32,14 @@ COMPILED_MODULES = tuple(f"streaming.wire.{name}" for name in (
 _HERE = Path(__file__).resolve().parent
 
 
+def source_path(module: str) -> Path:
+    """A compiled module's source file."""
+    return _HERE.parent.joinpath(*module.split(".")).with_suffix(".py")
+
+
 def source_digest(module: str) -> str:
     """SHA-256 of a compiled module's source file."""
-    path = _HERE.parent.joinpath(*module.split(".")).with_suffix(".py")
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(source_path(module).read_bytes()).hexdigest()
 
 
 def _compiled_build_problem() -> str | None:

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+import streaming
+
 ROOT = Path(__file__).resolve().parents[1]
 # the spec texts, kept beside the checkout (not part of the repository); DIRSTREAM_SPEC_DIR names
 # another folder
@@ -18,15 +20,11 @@ def spec_dir() -> Path:
     return SPEC
 
 
-def _loaded_build() -> str:
-    import streaming
-    return streaming.loaded_build()
-
-
 # A test that watches calls inside the operators by replacing a module's or a class's attribute:
 # compiled code calls its functions and methods directly, so only the pure-Python sources can be
 # watched that way (tests/test_native_build.py runs the sans-IO tests on the other build too).
-spies_on_calls = pytest.mark.skipif(_loaded_build() == "mypyc", reason="watches calls that compiled code makes directly")
+spies_on_calls = pytest.mark.skipif(streaming.build_choice()[0] == "mypyc",
+                                    reason="watches calls that compiled code makes directly")
 
 
 def vector(name: str) -> bytes:
