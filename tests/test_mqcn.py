@@ -1,4 +1,5 @@
 """[MS-MQCN] Change Notification Messages: v1 updates, v2 bodies and their quirks, malformed bodies."""
+import random
 import re
 
 import pytest
@@ -129,6 +130,19 @@ def test_v2_domain_controller_limits():
     assert "1 to 256" in _err(v2_body(V2_TEXT.replace(">DC1<", ">" + "d" * 257 + "<"))).reason
     assert "empty" in _err(v2_body(V2_TEXT.replace(">DC1<", "><"))).reason
     assert mqcn.decode(v2_body(V2_TEXT.replace(">DC1<", ">dc é<"))).body.flags == ["domain_controller_not_vchar"]
+
+
+def test_v2_domain_controller_vchar_flag_over_random_names():
+    """B.11.4: the flag is set exactly when a character falls outside VCHAR (%x21-7E), the space, DEL,
+    control characters and non-ASCII included, whatever the name's length."""
+    rng = random.Random(11)
+    alphabet = [chr(c) for c in range(0x00, 0x82) if chr(c) != "<"] + ["é", "\u0100", "\u3000"]
+    for _ in range(2000):
+        name = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        body = mqcn.decode(v2_body(V2_TEXT.replace(">DC1<", ">" + name + "<"))).body
+        outside = any(not 0x21 <= ord(c) <= 0x7E for c in name)
+        assert ("domain_controller_not_vchar" in body.flags) == outside, repr(name)
+        assert body.domain_controller == name
 
 
 def test_v2_trailing_garbage():

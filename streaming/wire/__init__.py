@@ -20,7 +20,8 @@ def codec(protocol: str):
 
 def decode(protocol: str, body: bytes):
     """Decode one message body; raises WireError when the body breaks the protocol's format."""
-    return codec(protocol).decode(body)
+    module = CODECS.get(protocol)            # the job's names are lowercase already
+    return (module or codec(protocol)).decode(body)
 
 
 def encode(protocol: str, record) -> bytes:

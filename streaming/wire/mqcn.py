@@ -10,6 +10,7 @@ from .changes import MIN_CHANGE_SIZE, read_target, target_bytes
 from .guid import guid_to_bytes
 from .properties import Property, read_properties, write_properties
 from .reader import Reader, utf16_text
+from .records import rebuilt_by_init
 
 __all__ = ["body_text", "ChangeNotificationMessage", "Command", "COMMANDS", "decode", "encode", "encode_update",
            "Event", "EVENTS", "MAX_DC_NAME", "new_update", "new_v1", "new_v2", "NotificationBody",
@@ -78,6 +79,19 @@ class NotificationBody:
     null_terminated: bool               # whether a 0x0000 followed </Notification> (unspecified, B.11.3)
     flags: list[str] = field(default_factory=list)
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, text: str, event: str, object_guid: str, domain_controller: str, null_terminated: bool,
+                 flags: list[str] | None = None) -> None:
+        self.text = text
+        self.event = event
+        self.object_guid = object_guid
+        self.domain_controller = domain_controller
+        self.null_terminated = null_terminated
+        self.flags = [] if flags is None else flags
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class ChangeNotificationMessage:
@@ -87,6 +101,20 @@ class ChangeNotificationMessage:
     body: NotificationBody | None = None                # version 0x02
     unused_byte: bytes = b"\x00"                        # 3.3.5.3: the extra byte after the message
     flags: list[str] = field(default_factory=list)
+
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, version: int, number_of_update_notifications: int,
+                 updates: list[NotificationUpdate] | None = None, body: NotificationBody | None = None,
+                 unused_byte: bytes = b"\x00", flags: list[str] | None = None) -> None:
+        self.version = version
+        self.number_of_update_notifications = number_of_update_notifications
+        self.updates = updates
+        self.body = body
+        self.unused_byte = unused_byte
+        self.flags = [] if flags is None else flags
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -128,7 +156,7 @@ def _read_update(r: Reader, index: int) -> NotificationUpdate:
 def _read_unused_byte(r: Reader, msg: ChangeNotificationMessage, allow_terminator: bool = False) -> None:
     """3.3.5.3: one unused byte follows the message. A missing byte is flagged; more is garbage."""
     rest = r.buf[r.pos:]
-    if allow_terminator and msg.body is not None and rest[:2] == b"\x00\x00" and len(rest) in (2, 3):
+    if allow_terminator and msg.body is not None and len(rest) in (2, 3) and rest[:2] == b"\x00\x00":
         msg.body.null_terminated = True
         rest = rest[2:]
         r.pos += 2
@@ -150,22 +178,28 @@ def _read_body(r: Reader) -> NotificationBody:
     optional 0x0000 after </Notification>."""
     r.structure = "NotificationBody"
     start = r.pos
-    data = r.buf[start:]
-    available = utf16_text(data[: len(data) & ~1])
-    end = available.lower().find(_CLOSE)
-    if end < 0:
-        raise r.error("Notification", "no </Notification> closing tag in the body")
-    text = available[: end + len(_CLOSE)]
-    fast = _BODY.fullmatch(text)
-    if fast is not None and _GUID_TEXT.fullmatch(fast[2]) and len(fast[3]) <= MAX_DC_NAME:
+    available = utf16_text(r.buf[start: len(r.buf) - ((len(r.buf) - start) & 1)])
+    fast = _BODY.match(available)
+    text = available[: fast.end()] if fast is not None else ""
+    if fast is not None and text.isascii() and len(fast[3]) <= MAX_DC_NAME:
+        # The match ends at the first closing tag in any case: no group holds a "<". ASCII text keeps
+        # its length under lower(), so this is the text the search below finds.
         event, guid_text, dc = fast.groups()
     else:
-        event, guid_text, dc = _read_body_slowly(r, text, start)
+        end = available.lower().find(_CLOSE)
+        if end < 0:
+            raise r.error("Notification", "no </Notification> closing tag in the body")
+        text = available[: end + len(_CLOSE)]
+        fast = _BODY.fullmatch(text)
+        if fast is not None and len(fast[3]) <= MAX_DC_NAME:
+            event, guid_text, dc = fast.groups()
+        else:
+            event, guid_text, dc = _read_body_slowly(r, text, start)
     r.pos = start + 2 * len(text)
     body = NotificationBody(text, event, guid_text.lower(), dc, False)
     if event not in EVENTS:
         body.flags.append(f"unknown_event:{event}")          # note <10>: the message is ignored
-    if any(not 0x21 <= ord(c) <= 0x7E for c in dc):
+    if not (dc.isascii() and dc.isprintable()) or " " in dc:
         body.flags.append("domain_controller_not_vchar")      # B.11.4: VCHAR is %x21-7E
     return body
 
@@ -173,7 +207,7 @@ def _read_body(r: Reader) -> NotificationBody:
 # The whole grammar in one match (the common case); a body it does not take is walked token by token,
 # which says where it breaks. ASCII-only case folding accepts a subset of what the walk accepts
 # (str.lower), so the two agree on every body the fast path takes.
-_BODY = re.compile(r"<Notification><Event>([^<]+)</Event><ObjectGuid>([^<]+)</ObjectGuid ?>"
+_BODY = re.compile(r"<Notification><Event>([^<]+)</Event><ObjectGuid>(" + _GUID_TEXT.pattern + r")</ObjectGuid ?>"
                    r"<DomainController>([^<]+)</DomainController></Notification>", re.IGNORECASE | re.ASCII)
 
 

@@ -13,6 +13,7 @@ from .changes import MIN_CHANGE_SIZE, read_target, target_bytes
 from .guid import guid_to_bytes
 from .properties import Property, read_properties, write_properties
 from .reader import Reader, guid_text, u16_bytes, u32_bytes, utf16z_bytes
+from .records import rebuilt_by_init
 from .seqnum import seq_to_bytes
 
 __all__ = ["AlreadyPurgedMessage", "BASE_HEADER_SIZE", "BaseReplicationHeader", "BSCAckMessage",
@@ -52,6 +53,15 @@ class BaseReplicationHeader:
     site_id: str
     operation: int
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, version: int, site_id: str, operation: int) -> None:
+        self.version = version
+        self.site_id = site_id
+        self.operation = operation
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class DirectoryChange:
@@ -86,12 +96,31 @@ class PartitionSeqNumbers:
     last_seq_number: int
     purged_seq_number: int
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, partition_id: str, last_seq_number: int, purged_seq_number: int) -> None:
+        self.partition_id = partition_id
+        self.last_seq_number = last_seq_number
+        self.purged_seq_number = purged_seq_number
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class SeqNumberHeader:
     count: int
     machine_name: str | None = None                 # MUST NOT be present if Count is 0
     partition_seq_numbers: list[PartitionSeqNumbers] = field(default_factory=list)
+
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, count: int, machine_name: str | None = None,
+                 partition_seq_numbers: list[PartitionSeqNumbers] | None = None) -> None:
+        self.count = count
+        self.machine_name = machine_name
+        self.partition_seq_numbers = [] if partition_seq_numbers is None else partition_seq_numbers
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
 
 
 @dataclass(slots=True)
@@ -100,6 +129,17 @@ class ChangePropagationMessage:
     count: int
     directory_changes: list[DirectoryChange]
     seq_number_header: SeqNumberHeader
+
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, flush: int, count: int, directory_changes: list[DirectoryChange],
+                 seq_number_header: SeqNumberHeader) -> None:
+        self.flush = flush
+        self.count = count
+        self.directory_changes = directory_changes
+        self.seq_number_header = seq_number_header
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
 
 
 @dataclass(slots=True)
@@ -110,11 +150,31 @@ class ChangeRequestHeader:
     requester_name: str
     psc_name: str | None = None
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, partition_id: str, request_identifier: int, psc_name_offset: int, requester_name: str,
+                 psc_name: str | None = None) -> None:
+        self.partition_id = partition_id
+        self.request_identifier = request_identifier
+        self.psc_name_offset = psc_name_offset
+        self.requester_name = requester_name
+        self.psc_name = psc_name
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class ChangeRequestMessage:
     change_request_header: ChangeRequestHeader
     directory_change: DirectoryChange
+
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, change_request_header: ChangeRequestHeader, directory_change: DirectoryChange) -> None:
+        self.change_request_header = change_request_header
+        self.directory_change = directory_change
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
 
 
 @dataclass(slots=True)
@@ -127,6 +187,20 @@ class SyncRequestMessage:
     scope: int
     requester_name: str
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, partition_id: str, from_seq_number: int, to_seq_number: int, known_purged_seq_number: int,
+                 is_sync0: int, scope: int, requester_name: str) -> None:
+        self.partition_id = partition_id
+        self.from_seq_number = from_seq_number
+        self.to_seq_number = to_seq_number
+        self.known_purged_seq_number = known_purged_seq_number
+        self.is_sync0 = is_sync0
+        self.scope = scope
+        self.requester_name = requester_name
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class SyncReplyHeader:
@@ -137,11 +211,32 @@ class SyncReplyHeader:
     count: int
     complete_sync0: int
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, partition_id: str, from_seq_number: int, to_seq_number: int, purged_seq_number: int,
+                 count: int, complete_sync0: int) -> None:
+        self.partition_id = partition_id
+        self.from_seq_number = from_seq_number
+        self.to_seq_number = to_seq_number
+        self.purged_seq_number = purged_seq_number
+        self.count = count
+        self.complete_sync0 = complete_sync0
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class SyncReplyMessage:
     sync_reply_header: SyncReplyHeader
     directory_changes: list[DirectoryChange]
+
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, sync_reply_header: SyncReplyHeader, directory_changes: list[DirectoryChange]) -> None:
+        self.sync_reply_header = sync_reply_header
+        self.directory_changes = directory_changes
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
 
 
 @dataclass(slots=True)
@@ -150,11 +245,28 @@ class ChangeReplyMessage:
     result: int                                     # HRESULT as an unsigned 32-bit value
     requester_name: str
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, request_identifier: int, result: int, requester_name: str) -> None:
+        self.request_identifier = request_identifier
+        self.result = result
+        self.requester_name = requester_name
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class AlreadyPurgedMessage:
     partition_id: str
     purged_seq_number: int
+
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, partition_id: str, purged_seq_number: int) -> None:
+        self.partition_id = partition_id
+        self.purged_seq_number = purged_seq_number
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
 
 
 @dataclass(slots=True)
@@ -164,11 +276,29 @@ class PSCAckMessage:
     acked_seq_number: int
     psc_name: str
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, psc_site_id: str, acked_partition_id: str, acked_seq_number: int, psc_name: str) -> None:
+        self.psc_site_id = psc_site_id
+        self.acked_partition_id = acked_partition_id
+        self.acked_seq_number = acked_seq_number
+        self.psc_name = psc_name
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class BSCAckMessage:
     bsc_machine_id: str
     bsc_name: str
+
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, bsc_machine_id: str, bsc_name: str) -> None:
+        self.bsc_machine_id = bsc_machine_id
+        self.bsc_name = bsc_name
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
 
 
 @dataclass(slots=True)
@@ -185,6 +315,28 @@ class ReplicationMessage:
     psc_ack: PSCAckMessage | None = None
     bsc_ack: BSCAckMessage | None = None
     flags: list[str] = field(default_factory=list)
+
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, header: BaseReplicationHeader, operation_name: str,
+                 change_propagation: ChangePropagationMessage | None = None,
+                 change_request: ChangeRequestMessage | None = None, sync_request: SyncRequestMessage | None = None,
+                 sync_reply: SyncReplyMessage | None = None, change_reply: ChangeReplyMessage | None = None,
+                 already_purged: AlreadyPurgedMessage | None = None, psc_ack: PSCAckMessage | None = None,
+                 bsc_ack: BSCAckMessage | None = None, flags: list[str] | None = None) -> None:
+        self.header = header
+        self.operation_name = operation_name
+        self.change_propagation = change_propagation
+        self.change_request = change_request
+        self.sync_request = sync_request
+        self.sync_reply = sync_reply
+        self.change_reply = change_reply
+        self.already_purged = already_purged
+        self.psc_ack = psc_ack
+        self.bsc_ack = bsc_ack
+        self.flags = [] if flags is None else flags
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
 
     @property
     def message(self) -> Any:

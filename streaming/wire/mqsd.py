@@ -7,6 +7,7 @@ from typing import Any
 
 from .guid import guid_to_bytes
 from .reader import Reader, u32_bytes, utf16_text
+from .records import rebuilt_by_init
 
 __all__ = ["decode", "DirectoryServiceServerEntry", "encode", "encode_reply", "encode_request", "HEADER_SIZE",
            "MAX_NETWORKS", "MqsdPacket", "new_reply", "new_request", "PROTOCOL", "REPLY_FIXED_SIZE",
@@ -29,6 +30,15 @@ class TopologyPacketHeader:
     type: int
     reserved: int
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, version: int, type: int, reserved: int) -> None:
+        self.version = version
+        self.type = type
+        self.reserved = reserved
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class TopologyClientRequest:
@@ -41,12 +51,37 @@ class TopologyClientRequest:
     ignored_trailing: bytes = b""                 # 3.2.5.1: a packet under 60 bytes has its IPX fields ignored
     flags: list[str] = field(default_factory=list)
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, header: TopologyPacketHeader, enterprise_id: str, request_id: str, site_id: str,
+                 ipx_network_count: int | None = None, ipx_network_number_array: list[int] | None = None,
+                 ignored_trailing: bytes = b"", flags: list[str] | None = None) -> None:
+        self.header = header
+        self.enterprise_id = enterprise_id
+        self.request_id = request_id
+        self.site_id = site_id
+        self.ipx_network_count = ipx_network_count
+        self.ipx_network_number_array = ipx_network_number_array
+        self.ignored_trailing = ignored_trailing
+        self.flags = [] if flags is None else flags
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class DirectoryServiceServerEntry:
     ip_supported: bool
     ipx_supported: bool
     name: str
+
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, ip_supported: bool, ipx_supported: bool, name: str) -> None:
+        self.ip_supported = ip_supported
+        self.ipx_supported = ipx_supported
+        self.name = name
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
 
 
 @dataclass(slots=True)
@@ -61,6 +96,25 @@ class TopologyServerReply:
     directory_service_server_array: list[DirectoryServiceServerEntry] | None = None
     flags: list[str] = field(default_factory=list)
 
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, header: TopologyPacketHeader, correlation_id: str, connected_network_count: int,
+                 connected_network_mask: int, directory_service_server_size: int, connected_network_array: list[str],
+                 responding_site_id: str | None = None,
+                 directory_service_server_array: list[DirectoryServiceServerEntry] | None = None,
+                 flags: list[str] | None = None) -> None:
+        self.header = header
+        self.correlation_id = correlation_id
+        self.connected_network_count = connected_network_count
+        self.connected_network_mask = connected_network_mask
+        self.directory_service_server_size = directory_service_server_size
+        self.connected_network_array = connected_network_array
+        self.responding_site_id = responding_site_id
+        self.directory_service_server_array = directory_service_server_array
+        self.flags = [] if flags is None else flags
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
+
 
 @dataclass(slots=True)
 class MqsdPacket:
@@ -68,6 +122,16 @@ class MqsdPacket:
     packet_type: str                               # "TopologyClientRequest" or "TopologyServerReply"
     client_request: TopologyClientRequest | None = None
     server_reply: TopologyServerReply | None = None
+
+    # written out: mypyc compiles it (see Property.__init__)
+    def __init__(self, packet_type: str, client_request: TopologyClientRequest | None = None,
+                 server_reply: TopologyServerReply | None = None) -> None:
+        self.packet_type = packet_type
+        self.client_request = client_request
+        self.server_reply = server_reply
+
+    def __reduce__(self) -> tuple:
+        return rebuilt_by_init(self)
 
     @property
     def message(self) -> Any:

@@ -8,7 +8,19 @@ import dataclasses
 from .properties import Property
 from .seqnum import seq_hex
 
-__all__ = ["record_to_dict"]
+__all__ = ["rebuilt_by_init", "record_to_dict"]
+
+_INIT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def rebuilt_by_init(record) -> tuple:
+    """A record's __reduce__ when its written-out __init__ takes its fields in order: copied and pickled
+    through the constructor, since mypyc's default for a compiled class needs an __init__ without arguments."""
+    cls = type(record)
+    names = _INIT_FIELDS.get(cls)
+    if names is None:
+        names = _INIT_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(record))
+    return cls, tuple([getattr(record, name) for name in names])
 
 
 def record_to_dict(record, binary: str = "hex") -> dict:
