@@ -47,6 +47,7 @@ from .discovery_query import DiscoveryProcessor
 from .rejected_query import RejectedPacketsProcessor
 from .notification_query import NotificationProcessor
 from .operator_counts import start_counting
+from .worker_gc import set_worker_gc
 from . import RECORDS_PER_TASK
 from .pipeline import BatchWriter, start_stream, checkpoint_query_id
 from .stateful import batch_rows
@@ -96,6 +97,7 @@ class DirectoryProcessor(StatefulProcessor):
         self.inner = {REPLICA: self.replicas, REQUEST: self.requests, FINDING: self.rejected}
 
     def init(self, handle) -> None:
+        set_worker_gc()
         self.replicas.init(handle)          # each registers its own state variables on the one handle
         self.requests.init(handle)
         self.rejected.init(handle)
@@ -171,6 +173,7 @@ class QueueManagerProcessor(StatefulProcessor):
         self.registry = RegistryProcessor(pec_name)
 
     def init(self, handle) -> None:
+        set_worker_gc()
         self.queue_managers.init(handle)
         self.registry.init(handle, self.queue_managers.state)     # its own key, the same value state
         self.seq = itertools.count()

@@ -43,6 +43,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from ..wire.topics import CAPTURE_HEADER, JOB_GROUP, TOPICS, acl_refused
 from .kafka_offsets import READ_AHEAD, EndOffsets, SourceError, flatten, nest
+from .worker_gc import set_worker_gc
 
 __all__ = ["ARROW_BATCH_ROWS", "arrow_schema", "client_conf", "decoded_stream", "KafkaInputPartition",
            "KafkaSource", "KafkaStreamReader", "log", "proportional_cap", "READ_IDLE_TIMEOUT_S", "register",
@@ -296,6 +297,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---------------------------------------------------------------- executors
     def read(self, partition: KafkaInputPartition):
+        set_worker_gc()
         pool_key = tuple(sorted(self.conf.items()))
         held = {"consumer": _reading_consumer(pool_key, self.conf)}
         finished = False

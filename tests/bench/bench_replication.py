@@ -4,7 +4,9 @@ Builds replicas holding --objects directory objects in Spark state (RocksDB), th
   1. directory changes per second through the operator (Kafka -> decode -> transformWithStateInPandas
      -> SQLite sink) while that many objects are in state; target: >= 10,000 per second;
   2. how long a restart from the checkpoint takes to process its first new batch;
-  3. the sans-IO core alone (decode + apply, one core), for comparison.
+  3. the sans-IO core alone (one core), for comparison: a micro-batch's messages decoded and applied,
+     then its rows taken and the buckets written back, --per-message changes a message and 25
+     messages a micro-batch.
 The objects are split over --servers BSC replicas (one Spark task each), fed by change
 propagations of --per-message changes, as a PSC sends them.
 
@@ -30,6 +32,8 @@ from producers.publish import publish_envelope  # noqa: E402
 from streaming.wire.envelope import make_envelope  # noqa: E402
 from streaming.operators.replica_store import DictBackend, ObjectStore  # noqa: E402
 from streaming.operators.replication import PEC_PARTITION_ID, Replica, ServerState  # noqa: E402
+from streaming.operators.replication_rows import step_rows  # noqa: E402
+from streaming.spark.worker_gc import set_worker_gc  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
 from streaming.wire import decode, encode, mqdsrp  # noqa: E402
 from streaming.wire.properties import Property  # noqa: E402
@@ -122,17 +126,24 @@ def run_once(spark, bootstrap: str, sink: str, checkpoint: str) -> float:
     return time.perf_counter() - start
 
 
-def core_rate(objects: int, updates: int, per_message: int) -> float:
+def core_rate(objects: int, updates: int, per_message: int, batch_messages: int = 25) -> float:
+    """Changes per second through the sans-IO core as the operator runs it: the messages of a micro-batch
+    decoded and applied, then the step's rows taken (which empties the step's versions) and the
+    buckets written back; the garbage collector set as in the operator's Python worker."""
+    set_worker_gc()
     w = Workload(1, per_message)
     r = Replica(ServerState("bsc0"), ObjectStore(DictBackend()), "pec0")
-    feed = lambda items: [r.receive(decode("mqdsrp", e["body"]), arrival_ms=e["arrival_time"],  # noqa: E731
-                                    source="psc1") for _k, e in items]
+
+    def feed(items: list) -> None:
+        for at in range(0, len(items), batch_messages):
+            for _key, e in items[at:at + batch_messages]:
+                r.receive(decode("mqdsrp", e["body"]), arrival_ms=e["arrival_time"], source="psc1")
+            step_rows(r, e["arrival_time"])
+            r.store.flush()
     feed(w.site() + w.creates(objects))
-    r.store.flush()
     ups = w.updates(updates, objects)
     start = time.perf_counter()
     feed(ups)
-    r.store.flush()
     return updates / (time.perf_counter() - start)
 
 
