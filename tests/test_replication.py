@@ -910,45 +910,6 @@ def test_a_state_written_before_layouts_keeps_its_256_buckets():
     assert len(backend.data) == LEGACY_BUCKETS
 
 
-def test_buckets_of_tuples_written_before_are_read_and_go_on_as_their_objects_change():
-    """Entries of a checkpoint written before objects were kept as their own marshal bytes are the
-    object tuples: each is found as it was, an object changed is written in the new form, one left
-    alone stays as it was, and every object reads back the same from the mixed bucket."""
-    import random
-    from streaming.operators.replica_store import DirObject, bucket_of
-    rng = random.Random(5)
-    state, backend = ServerState("bsc1"), CountingBackend()
-    store = Replica(state, ObjectStore(backend)).store
-    model = {}
-    for i in range(1, 300):
-        obj = DirObject(queue_guid(i), SITE, 1, f"QM\\Q{i}", i, {7: rng.random(), 9: f"label {i}"})
-        store.put(obj)
-        model[obj.guid] = obj.to_tuple()
-    store.flush()
-    for b, raw in list(backend.data.items()):      # as an earlier version wrote them: the tuples themselves
-        backend.data[b] = marshal.dumps({k: (marshal.loads(v) if isinstance(v, bytes) else v)
-                                         for k, v in marshal.loads(raw).items()})
-    state = state_from_bytes(state_to_bytes(state))
-    store = Replica(state, ObjectStore(backend)).store
-    changed = set(rng.sample(sorted(model), 60))
-    for guid in sorted(changed):
-        obj = store.get(guid)
-        assert obj.to_tuple() == model[guid]
-        obj.properties[7] = -1.0
-        store.put(obj, index_path=False)
-        model[guid] = obj.to_tuple()
-    store.flush()
-    entries = {k: v for raw in backend.data.values() for k, v in marshal.loads(raw).items()
-               if not k.startswith("path:")}
-    assert {k for k, v in entries.items() if isinstance(v, bytes)} == changed
-    assert all(isinstance(v, tuple) for k, v in entries.items() if k not in changed)
-    again = ObjectStore(backend, state_from_bytes(state_to_bytes(state)).store_layout)
-    assert {o.guid: o.to_tuple() for o in again.all_objects()} == model
-    assert all(again.get(guid).to_tuple() == t for guid, t in model.items())
-    assert all(bucket_of(k, state.store_layout.buckets) == b
-               for b, raw in backend.data.items() for k in marshal.loads(raw))
-
-
 def test_a_busy_step_makes_few_round_trips_on_a_small_directory():
     """The reason for the layout: 2,000 queues (4,000 entries with their path names), one step
     changing 500 of them reads and writes 8 buckets, one round trip each (256 buckets before, each

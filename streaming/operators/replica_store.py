@@ -8,12 +8,7 @@ bucket it touches once and writes it back once. The backend is a mapping bucket 
 How many buckets: each round trip to the state store costs more than marshalling a few
 hundred objects, and a micro-batch of a busy replica touches nearly every bucket, so the number of
 buckets follows the directory: a power of two keeping about ENTRIES_PER_BUCKET entries per bucket,
-doubled (every entry moved once) when the directory outgrows it.
-
-Each object's entry is its own marshal bytes: a micro-batch of a busy replica rewrites nearly every
-bucket, and a bucket of bytes is marshalled and read back at the speed of copying them, while only the
-objects a step reads or changes are turned into tuples. Entries written before are the tuples
-themselves, read as they are and replaced as their objects change. The layout (bucket count, entry
+doubled (every entry moved once) when the directory outgrows it. The layout (bucket count, entry
 count, which buckets exist, so that a bucket is read without asking first whether it exists) is
 part of the replica's state (StoreLayout in its ServerState). A state written before the layout
 existed has 256 buckets and keeps them.
@@ -110,11 +105,6 @@ class DictBackend:
         return iter(list(self.data))
 
 
-def _object_tuple(entry: Any) -> tuple:
-    """An object's stored entry as its tuple: its own marshal bytes, or (written before) the tuple."""
-    return marshal.loads(entry) if isinstance(entry, bytes) else entry
-
-
 def bucket_of(key: str, buckets: int = LEGACY_BUCKETS) -> int:
     return zlib.crc32(key.encode()) % buckets
 
@@ -202,11 +192,11 @@ class ObjectStore:
     # ------------------------------------------------------------ objects
     def get(self, guid: str) -> DirObject | None:
         t = self._bucket(guid).get(guid)
-        return DirObject(*_object_tuple(t)) if t is not None else None
+        return DirObject(*t) if t is not None else None
 
     def put(self, obj: DirObject, index_path: bool = True) -> None:
         """Store an object; index_path=False when its path name is already indexed (an update)."""
-        created = self._write(obj.guid, marshal.dumps(obj.to_tuple()))
+        created = self._write(obj.guid, obj.to_tuple())
         if index_path and obj.path_name:
             self._write("path:" + obj.path_name.lower(), obj.guid)
         self.touched[obj.guid] = obj
@@ -241,7 +231,7 @@ class ObjectStore:
                 self._loaded[b] = self._read(b)
             for key, value in list(self._loaded[b].items()):
                 if not key.startswith("path:"):
-                    yield DirObject(*_object_tuple(value))
+                    yield DirObject(*value)
 
     def take_changes(self) -> tuple[dict[str, DirObject | None], dict[str, DirObject], dict[str, int]]:
         touched, removed, at = self.touched, self.removed, self.touched_at
