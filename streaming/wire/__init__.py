@@ -12,6 +12,9 @@ PROTOCOLS = tuple(CODECS)
 
 
 def codec(protocol: str):
+    module = CODECS.get(protocol)            # the job's names are lowercase already
+    if module is not None:
+        return module
     try:
         return CODECS[protocol.lower()]
     except KeyError:
@@ -20,8 +23,7 @@ def codec(protocol: str):
 
 def decode(protocol: str, body: bytes):
     """Decode one message body; raises WireError when the body breaks the protocol's format."""
-    module = CODECS.get(protocol)            # the job's names are lowercase already
-    return (module or codec(protocol)).decode(body)
+    return codec(protocol).decode(body)
 
 
 def encode(protocol: str, record) -> bytes:

@@ -190,11 +190,7 @@ def _read_body(r: Reader) -> NotificationBody:
         if end < 0:
             raise r.error("Notification", "no </Notification> closing tag in the body")
         text = available[: end + len(_CLOSE)]
-        fast = _BODY.fullmatch(text)
-        if fast is not None and len(fast[3]) <= MAX_DC_NAME:
-            event, guid_text, dc = fast.groups()
-        else:
-            event, guid_text, dc = _read_body_slowly(r, text, start)
+        event, guid_text, dc = _read_body_slowly(r, text, start)
     r.pos = start + 2 * len(text)
     body = NotificationBody(text, event, guid_text.lower(), dc, False)
     if event not in EVENTS:
