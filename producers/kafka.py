@@ -258,6 +258,7 @@ class Publisher:
         self.failures: list[str] = []
         self.settings = settings
         self.refused_topic: str | None = None      # a topic the authorizer does not let us write to
+        self.refusal: KafkaAclError | None = None
 
     def _on_result(self, error, topic: str | None = None) -> None:
         if error is None:
@@ -268,9 +269,14 @@ class Publisher:
             self.refused_topic = topic
 
     def _check_refused(self) -> None:
-        """Every record would fail alike: stop at the first one with the ACL to grant."""
+        """Every record would fail alike: stop at the first one with the ACL to grant. A refusal
+        already raised is raised again: close() in a `finally` then names the ACL too, not the
+        records it left unconfirmed."""
+        if self.refusal is not None:
+            raise self.refusal
         if self.refused_topic is not None:
-            raise refused(self.settings, "Write", "topic", self.refused_topic)
+            self.refusal = refused(self.settings, "Write", "topic", self.refused_topic)
+            raise self.refusal
 
     def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
         raise NotImplementedError
@@ -344,10 +350,23 @@ class ConfluentPublisher(Publisher):
         try:
             yield
         except KafkaException as exc:
-            if exc.args and exc.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-                raise refused(self.settings, "Write", "topic", self.topic,
-                              " (or IdempotentWrite on the cluster)") from None
+            error = exc.args[0] if exc.args else None
+            if error is not None and error.code() == KafkaError._FATAL:
+                error = self._fatal_error() or error      # produce() saw the state before poll() its cause
+            if error is not None and error.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+                self.refusal = refused(self.settings, "Write", "topic", self.topic,
+                                       " (or IdempotentWrite on the cluster)")
+                raise self.refusal from None
             raise
+
+    def _fatal_error(self):
+        """The fatal error that stopped the producer: poll() raises it once."""
+        from confluent_kafka import KafkaException
+        try:
+            self.producer.poll(0)
+        except KafkaException as exc:
+            return exc.args[0] if exc.args else None
+        return None
 
     def close(self, timeout: float | None = None) -> None:
         super().close(self.delivery_timeout_s + 10 if timeout is None else timeout)

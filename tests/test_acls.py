@@ -214,6 +214,24 @@ def test_a_missing_acl_stops_the_command_with_one_line_that_names_it(kafka, simu
     assert "grant it (see docs/configuration.md" in lines[0], lines[0]
 
 
+def test_a_publisher_closed_after_its_refusal_names_the_acl_again(kafka, made_topics, tmp_path):
+    """A command's `finally` closes its publisher after the refusal stopped it: close() raises the
+    same refusal, not a count of the records the refused producer left unconfirmed (which hid the
+    ACL when the producer id was refused between produce() and the next poll)."""
+    from producers.kafka import KafkaAclError, KafkaSettings, publisher
+    command, removed = REFUSALS["respond without Write on the raw topic"]
+    config = Path(as_user(kafka, tmp_path, "closes-refused", _without(command, removed))[-1])
+    pub = publisher("confluent", KafkaSettings.from_args(kafka.bootstrap, str(config)))
+    with pytest.raises(KafkaAclError) as first:
+        for _ in range(600):                 # the producer id's refusal comes back within seconds
+            pub.send("msmq.dsrp.raw", b"k", b"v", [])
+            time.sleep(0.05)
+    with pytest.raises(KafkaAclError) as again:
+        pub.close()
+    assert str(again.value) == str(first.value)
+    assert "Kafka refused Write on topic msmq.dsrp.raw to user 'closes-refused'" in str(again.value)
+
+
 def test_a_topic_the_user_may_see_but_not_write_to_is_named_once_its_records_come_back(kafka, made_topics,
                                                                                        tmp_path):
     """Describe without Write: the topic is listed, and its records come back refused (librdkafka
