@@ -48,6 +48,7 @@ from .rejected_query import RejectedPacketsProcessor
 from .notification_query import NotificationProcessor
 from .operator_counts import start_counting
 from .worker_gc import set_worker_gc
+from .write_behind import local_spool_folder, WriteBehind, WrittenQuery
 from . import RECORDS_PER_TASK
 from .pipeline import BatchWriter, start_stream, checkpoint_query_id
 from .stateful import batch_rows
@@ -233,8 +234,15 @@ def start_job_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict,
     outbound = {"topic": outbound_topic, "kafka": kafka_conf or {}} if outbound_topic else None
     writer = JobWriter(sink_url, opts, query_id, opts.get("dataLossLog"), echo, outbound)
     writer.sink  # open (and create tables) before starting, so a bad URL fails fast
-    return start_stream(job_stream(spark, opts, settings, pec_name, query_id), "dirstream", checkpoint, writer, once,
-                  trigger, observer)
+    spool = local_spool_folder(checkpoint)
+    if spool is None:                   # (a Hadoop filesystem's checkpoint: the driver writes inline)
+        return start_stream(job_stream(spark, opts, settings, pec_name, query_id), "dirstream", checkpoint, writer,
+                            once, trigger, observer)
+    writer.behind = WriteBehind(spool)
+    writer.recover()
+    query = start_stream(job_stream(spark, opts, settings, pec_name, query_id), "dirstream", checkpoint, writer, once,
+                         trigger, observer)
+    return WrittenQuery(query, writer.behind)
 
 
 class JobWriter(BatchWriter):

@@ -235,7 +235,9 @@ class BatchWriter:
         self._sink = None
         self._offsets = None
         self._ends: dict[tuple[str, int], int] = {}
+        self._ends_restored = False
         self.query_name, self.observer = "dirstream", None     # set by start_stream
+        self.behind = None              # a WriteBehind: the sink write runs behind the next micro-batch
 
     @property
     def sink(self):
@@ -247,14 +249,39 @@ class BatchWriter:
         started = utcnow()
         t0 = time.monotonic()
         query_id = self.query_id
-        if not self._ends:
+        if not self._ends_restored:     # once, before any write behind: the sink is the writer thread's after
             self._restore_ends(query_id)
+            self._ends_restored = True
         rows = self.collect(df, batch_id)
+        collected = time.monotonic()
         progress = self.progress_row(query_id, batch_id, started, t0, rows.pop("_counts"))
         rows["pipeline_progress"] = [progress]
+        if self.behind is None:
+            self.write(batch_id, rows)
+        else:
+            path = self.behind.spool(batch_id, rows)        # durable before Spark may commit the batch
+            self.behind.start(lambda: self.write(batch_id, rows), path)
+        self._count_driver_time({"driver after collect ms": (time.monotonic() - collected) * 1000})
+
+    def recover(self) -> None:
+        """Before the query starts: the spooled micro-batches a stopped process left, written (or
+        found written) and their side effects done, in batch order (streaming.spark.write_behind)."""
+        for batch_id, path in self.behind.spooled() if self.behind is not None else []:
+            self.write(batch_id, self.behind.load(path), recovered=True)
+            os.remove(path)
+
+    def write(self, batch_id: int, rows: dict, recovered: bool = False) -> None:
+        """One micro-batch's sink transaction, then its side effects (after_write) and its line."""
+        query_id, progress = self.query_id, rows["pipeline_progress"][0]
+        t0 = time.monotonic()
         written = self.sink.write_batch(query_id, batch_id, rows)
         self._count_writes()
+        self._count_driver_time({"sink write ms": (time.monotonic() - t0) * 1000})
         self.after_write(rows)
+        if recovered:
+            self.echo(f"batch {batch_id}: " + ("written from the write-behind spool" if written else
+                                               "already written") + " (left by the process before)")
+            return
         if self.observer is not None:
             self.observer.batch(self.query_name, batch_id, progress, {t: len(v) for t, v in rows.items()},
                                 rows.get("dead_letters") or [])
@@ -268,6 +295,14 @@ class BatchWriter:
         if folder and self.sink.upserts:
             append_counts(folder, SINK_WRITER, {f"upserts {t}": n for t, n in self.sink.upserts.items()})
             self.sink.upserts.clear()
+
+    @staticmethod
+    def _count_driver_time(figures: dict) -> None:
+        """The driver's own time in a micro-batch, for the benchmark: the sink write, and what the
+        query waited for after collecting (inline, the write; behind, the spool and the write before)."""
+        folder = counting_folder()
+        if folder:
+            append_counts(folder, SINK_WRITER, figures)
 
     def after_write(self, rows: dict) -> None:
         """Called after every batch, also one already written (a replay): side effects go here."""

@@ -253,6 +253,11 @@ def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
         print(f"{label}, the sink's statements per row kept: " + ", ".join(
             f"{t} {writes.get(f'upserts {t}', 0):,}/{n:,} = {writes.get(f'upserts {t}', 0) / n:.2f}"
             for t, n in sorted(job["sink_rows"].items()) if n and writes.get(f"upserts {t}")))
+    if writes and "sink write ms" in writes:
+        waited = writes.get("driver after collect ms", 0) / 1000
+        print(f"{label}, the driver: sink writes {writes['sink write ms'] / 1000:.1f} s; the query waited "
+              f"{waited:.1f} s after collecting its micro-batches (inline, the writes; behind, the spool and the "
+              f"write in flight): {100 * waited / job['steady_s']:.0f} % of the steady time")
     for operator, c in sorted(job["operators"].items()):
         if operator == SINK_WRITER:
             continue
