@@ -29,7 +29,7 @@ class Sink:
     def __init__(self, url: str, create: bool = True):
         self.url = url
         self._builders: dict = {}
-        self.upserts: Counter = Counter()       # statements' parameter rows executed, by table (the benchmark's)
+        self.upserts: Counter = Counter()       # rows written (upserted, or closed by a later batch), by table
         self.conn = self._connect()
         if create:
             self.ensure_schema()
@@ -124,9 +124,11 @@ class Sink:
         if t.successor:
             values, closing = closed_in_batch(values, t)
         cur.executemany(self._upsert_sql(t), values)
+        closed = 0
         if closing:
             cur.executemany(self._successor_sql(t), closing)
-        self.upserts[t.name] += len(values) + len(closing)
+            closed = max(cur.rowcount, 0)       # the stored rows it closed (most series start in the batch)
+        self.upserts[t.name] += len(values) + closed
 
     def _upsert_sql(self, t: Table) -> str:
         names = t.column_names

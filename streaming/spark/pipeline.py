@@ -290,7 +290,7 @@ class BatchWriter:
                   + ("" if written else " (already written: skipped)"))
 
     def _count_writes(self) -> None:
-        """The sink's statements' parameter rows, for the benchmark (operator_counts)."""
+        """The sink's rows written, by table, for the benchmark (operator_counts)."""
         folder = counting_folder()
         if folder and self.sink.upserts:
             append_counts(folder, SINK_WRITER, {f"upserts {t}": n for t, n in self.sink.upserts.items()})

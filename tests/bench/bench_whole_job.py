@@ -250,7 +250,8 @@ def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
         print(f"{label}: no operator counts (a revision without streaming/spark/operator_counts.py)")
     writes = job["operators"].get(SINK_WRITER)
     if writes:
-        print(f"{label}, the sink's statements per row kept: " + ", ".join(
+        print(f"{label}, the sink's rows written per row kept (a row's valid_to set by a later batch counts "
+              "again): " + ", ".join(
             f"{t} {writes.get(f'upserts {t}', 0):,}/{n:,} = {writes.get(f'upserts {t}', 0) / n:.2f}"
             for t, n in sorted(job["sink_rows"].items()) if n and writes.get(f"upserts {t}")))
     if writes and "sink write ms" in writes:
