@@ -235,14 +235,12 @@ def start_job_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict,
     writer = JobWriter(sink_url, opts, query_id, opts.get("dataLossLog"), echo, outbound)
     writer.sink  # open (and create tables) before starting, so a bad URL fails fast
     spool = local_spool_folder(checkpoint)
-    if spool is None:                   # (a Hadoop filesystem's checkpoint: the driver writes inline)
-        return start_stream(job_stream(spark, opts, settings, pec_name, query_id), "dirstream", checkpoint, writer,
-                            once, trigger, observer)
-    writer.behind = WriteBehind(spool)
-    writer.recover()
+    if spool is not None:               # (none on a Hadoop filesystem's checkpoint: the driver writes inline)
+        writer.behind = WriteBehind(spool)
+        writer.recover()
     query = start_stream(job_stream(spark, opts, settings, pec_name, query_id), "dirstream", checkpoint, writer, once,
                          trigger, observer)
-    return WrittenQuery(query, writer.behind)
+    return query if writer.behind is None else WrittenQuery(query, writer.behind)
 
 
 class JobWriter(BatchWriter):

@@ -261,12 +261,12 @@ class BatchWriter:
         else:
             path = self.behind.spool(batch_id, rows)        # durable before Spark may commit the batch
             self.behind.start(lambda: self.write(batch_id, rows), path)
-        self._count_driver_time({"driver after collect ms": (time.monotonic() - collected) * 1000})
+        self._count({"driver after collect ms": (time.monotonic() - collected) * 1000})
 
     def recover(self) -> None:
         """Before the query starts: the spooled micro-batches a stopped process left, written (or
         found written) and their side effects done, in batch order (streaming.spark.write_behind)."""
-        for batch_id, path in self.behind.spooled() if self.behind is not None else []:
+        for batch_id, path in self.behind.spooled():
             self.write(batch_id, self.behind.load(path), recovered=True)
             os.remove(path)
 
@@ -275,8 +275,9 @@ class BatchWriter:
         query_id, progress = self.query_id, rows["pipeline_progress"][0]
         t0 = time.monotonic()
         written = self.sink.write_batch(query_id, batch_id, rows)
-        self._count_writes()
-        self._count_driver_time({"sink write ms": (time.monotonic() - t0) * 1000})
+        self._count({"sink write ms": (time.monotonic() - t0) * 1000,
+                     **{f"upserts {t}": n for t, n in self.sink.upserts.items()}})
+        self.sink.upserts.clear()
         self.after_write(rows)
         if recovered:
             self.echo(f"batch {batch_id}: " + ("written from the write-behind spool" if written else
@@ -289,17 +290,11 @@ class BatchWriter:
                   f"{progress['duration_ms']} ms, {progress['rows_per_second']:,.0f} rows/s, lag {progress['total_lag']}"
                   + ("" if written else " (already written: skipped)"))
 
-    def _count_writes(self) -> None:
-        """The sink's rows written, by table, for the benchmark (operator_counts)."""
-        folder = counting_folder()
-        if folder and self.sink.upserts:
-            append_counts(folder, SINK_WRITER, {f"upserts {t}": n for t, n in self.sink.upserts.items()})
-            self.sink.upserts.clear()
-
     @staticmethod
-    def _count_driver_time(figures: dict) -> None:
-        """The driver's own time in a micro-batch, for the benchmark: the sink write, and what the
-        query waited for after collecting (inline, the write; behind, the spool and the write before)."""
+    def _count(figures: dict) -> None:
+        """The driver's figures, for the benchmark (operator_counts): a write's seconds and the sink's
+        rows written by table, and what the query waited for after collecting (inline, the write;
+        behind, the spool and the write before)."""
         folder = counting_folder()
         if folder:
             append_counts(folder, SINK_WRITER, figures)

@@ -23,7 +23,6 @@ The spool is a folder of the checkpoint on a local filesystem (or one mounted at
 every node). A checkpoint on another Hadoop filesystem (hdfs://, s3a://) gets no spool: the driver
 writes inline, as before.
 """
-import logging
 import os
 import pickle
 import threading
@@ -31,7 +30,6 @@ from urllib.parse import urlparse
 
 __all__ = ["local_spool_folder", "SPOOL_FOLDER", "WriteBehind", "WrittenQuery"]
 
-log = logging.getLogger("dirstream.job")
 SPOOL_FOLDER = "dirstream-write-behind"
 
 
