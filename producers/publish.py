@@ -1,5 +1,7 @@
 """Publishing envelopes to the raw topics: keying, headers, rate limit, progress, clean shutdown."""
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -12,8 +14,8 @@ from streaming.wire.topics import REJECTED_TOPIC
 from streaming.wire.topics import CAPTURE_HEADER, CAPTURE_KEY, capture_header
 from .kafka import PROTOCOL_HEADER, TOPICS, Publisher
 
-__all__ = ["at_recorded_pace", "in_time_order", "ProgressBar", "publish_all", "publish_envelope", "publish_rejected",
-           "PublishStats", "REJECTED"]
+__all__ = ["at_recorded_pace", "CountedHandOver", "in_time_order", "ProgressBar", "publish_all", "publish_envelope",
+           "publish_rejected", "PublishStats", "REJECTED"]
 
 
 @dataclass
@@ -94,29 +96,32 @@ def publish_all(pub: Publisher, items: Iterable, *, rate: float | None = None, d
     deadline_called, sent = False, 0
     bar = ProgressBar(progress, total) if progress and progress.isatty() else None
     try:
-        for protocol, key, envelope in items:
-            if protocol == REJECTED:
-                publish_rejected(pub, envelope)
-            else:
-                publish_envelope(pub, protocol, key, envelope, topics)
-            stats.per_protocol[protocol] += 1
-            sent += 1                       # not stats.total: a sum over the protocols per message
-            now = time.monotonic()
-            if rate:
-                ahead = sent / rate - (now - stats.started)
-                if ahead > 0:
-                    time.sleep(ahead)
-            if duration is not None and not deadline_called and now - stats.started >= duration:
-                deadline_called = True
-                if on_deadline is None:
-                    break
-                on_deadline()
-            if progress and now >= next_report:
-                if bar is not None:
-                    bar.update(stats)
+        with CountedHandOver() as hand_over:
+            for protocol, key, envelope in items:
+                hand_over.busy = True
+                if protocol == REJECTED:
+                    publish_rejected(pub, envelope)
                 else:
-                    print(f"\rsent {stats.line()}", end="", file=progress, flush=True)
-                next_report = now + (0.2 if bar is not None else 1.0)
+                    publish_envelope(pub, protocol, key, envelope, topics)
+                stats.per_protocol[protocol] += 1
+                sent += 1                       # not stats.total: a sum over the protocols per message
+                hand_over.done()
+                now = time.monotonic()
+                if rate:
+                    ahead = sent / rate - (now - stats.started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+                if duration is not None and not deadline_called and now - stats.started >= duration:
+                    deadline_called = True
+                    if on_deadline is None:
+                        break
+                    on_deadline()
+                if progress and now >= next_report:
+                    if bar is not None:
+                        bar.update(stats)
+                    else:
+                        print(f"\rsent {stats.line()}", end="", file=progress, flush=True)
+                    next_report = now + (0.2 if bar is not None else 1.0)
     except KeyboardInterrupt:
         stats.interrupted = True
     if bar is not None:
@@ -124,6 +129,37 @@ def publish_all(pub: Publisher, items: Iterable, *, rate: float | None = None, d
     if progress:
         print(f"\rsent {stats.line()}" + (" (interrupted)" if stats.interrupted else ""), file=progress, flush=True)
     return stats
+
+
+class CountedHandOver:
+    """Ctrl-C stops publishing at once, except while a message is handed to the client and counted:
+    then KeyboardInterrupt waits until it is counted. Raised in between (as CPython does on the return
+    of the client's produce call), the client would deliver a message that no count holds."""
+
+    def __init__(self):
+        self.busy = False
+        self.pending = False
+        self.previous = None
+
+    def __enter__(self) -> "CountedHandOver":
+        if threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self.previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _on_sigint(self, _signum, _frame) -> None:
+        if not self.busy:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def done(self) -> None:
+        self.busy = False
+        if self.pending:
+            raise KeyboardInterrupt
 
 
 class ProgressBar:

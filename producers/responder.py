@@ -432,22 +432,25 @@ def run_responder(settings, truth_path: str, *, outbound_topic: str, raw_topic: 
     notification query's clock is the MQCN and MQSD traffic, and a directory version dated before
     it would come too late for the reads it has already given up (docs/design.md, "Determinism")."""
     from .kafka import publisher
-    from .publish import publish_envelope
+    from .publish import CountedHandOver, publish_envelope
 
     authorities = Authorities.from_file(truth_path)
     requests = OutboundRequests(settings, authorities, outbound_topic, from_beginning)
     pub = publisher(client, settings)
     last_activity = None                  # the idle clock starts once the group has assigned partitions
     try:
-        while not stop():
-            read, answers = requests.answers(0.2, lambda: latest_arrival_on(settings, {raw_topic, *clock_topics}))
-            for ans in answers:
-                publish_envelope(pub, "mqdsrp", ans.key, ans.envelope, {"mqdsrp": raw_topic})
-            if read or (requests.assigned and last_activity is None):
-                last_activity = time.monotonic()
-                pub.flush(30)
-            elif idle_exit is not None and last_activity and time.monotonic() - last_activity > idle_exit:
-                break
+        with CountedHandOver() as hand_over:
+            while not stop():
+                read, answers = requests.answers(0.2, lambda: latest_arrival_on(settings, {raw_topic, *clock_topics}))
+                for ans in answers:
+                    hand_over.busy = True
+                    publish_envelope(pub, "mqdsrp", ans.key, ans.envelope, {"mqdsrp": raw_topic})
+                    hand_over.done()
+                if read or (requests.assigned and last_activity is None):
+                    last_activity = time.monotonic()
+                    pub.flush(30)
+                elif idle_exit is not None and last_activity and time.monotonic() - last_activity > idle_exit:
+                    break
     except KeyboardInterrupt:
         pass
     finally:

@@ -139,6 +139,36 @@ def test_ctrl_c_flushes_everything_sent(broker, tmp_path):
     assert len(consume_envelopes(broker, expect=summary["per_protocol"])) == summary["published"]
 
 
+class _InterruptedOnReturn(ConfluentPublisher):
+    """A Ctrl-C that arrives while the client's produce call runs: CPython raises it as the call
+    returns, the message already in the client's hands."""
+
+    def __init__(self, settings, at: int):
+        super().__init__(settings)
+        self.at = at
+
+    def send(self, topic, key, value, headers):
+        super().send(topic, key, value, headers)
+        if self.sent == self.at:
+            signal.raise_signal(signal.SIGINT)
+
+
+def test_a_ctrl_c_as_the_client_takes_a_message_leaves_it_counted(broker):
+    import uuid
+    from producers.kafka import ensure_topics
+    from producers.publish import publish_all
+    topic = f"ctrl-c-{uuid.uuid4().hex[:8]}"
+    ensure_topics(KafkaSettings(broker), {topic: 1})
+    items = ((p, "pec0", make_envelope(p, bytes([n % 256]) * 8, source_machine="psc1", destination_machine="pec0",
+                                       destination_queue="q", sent_time=n)) for n, p in
+             enumerate(["mqdsrp"] * 50))
+    pub = _InterruptedOnReturn(KafkaSettings(broker), at=20)
+    stats = publish_all(pub, items, progress=None, topics={"mqdsrp": topic})
+    pub.close()
+    assert stats.interrupted and pub.delivered == pub.sent
+    assert stats.total == pub.sent == len(consume_all(broker, topic, expect=stats.total + 1)) == 20
+
+
 def _exe():
     import shutil
     import sys
