@@ -10,6 +10,7 @@ from job_runs import bare_job, output, run_once, sink_totals, wait_for_rows
 
 from producers.kafka import ConfluentPublisher, KafkaSettings, ensure_topics
 from streaming.wire.envelope import encode_envelope, make_envelope
+from streaming.spark.operator_counts import task_balance
 from streaming.spark.pipeline import source_options, start_query
 from streaming.sinks import open_sink
 from streaming.wire.topics import TOPICS
@@ -61,6 +62,20 @@ def test_the_operator_counts_follow_every_row_across_the_seam_and_count_the_stat
         assert c["bytes to the state server"] > 10 * sum(calls.values())
     # the queue managers hold each row in their state until the watermark passes it
     assert second["bytes to the state server"] > 100 * second["rows in"], second
+    # each task says which micro-batch and shuffle partition it ran: its rows are the operator's, split
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    for c in (first, second):
+        assert sum(rows for *_task, rows in c["task_rows"]) == c["rows in"]
+        assert all(batch is not None and 0 <= partition < partitions for batch, _s, partition, _r in c["task_rows"])
+        assert task_balance(c["task_rows"], partitions)["largest_to_mean"] >= 1.0
+
+
+def test_task_balance_weighs_each_micro_batchs_largest_task_against_its_mean():
+    # batch 0: 300 and 100 rows (1.5); batch 1: one partition of two got all 100 rows (2.0)
+    balance = task_balance([("0", 5, 0, 300), ("0", 5, 1, 100), ("1", 9, 1, 100)], partitions=2)
+    assert balance["largest_to_mean"] == (1.5 * 400 + 2.0 * 100) / 500
+    assert (balance["worst_batch"], balance["worst_ratio"], balance["worst_rows"]) == ("1", 2.0, [100, 0])
+    assert task_balance([("0", 5, 0, 0)], partitions=2) is None
 
 
 def test_nothing_is_counted_unless_asked(monkeypatch):

@@ -41,7 +41,7 @@ from producers.publish import publish_envelope  # noqa: E402
 from producers.simulator import Faults, Simulator  # noqa: E402
 from streaming import BUILD_ENV  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
-from streaming.spark.operator_counts import COUNTS_ENV, SINK_WRITER, read_counts  # noqa: E402
+from streaming.spark.operator_counts import COUNTS_ENV, SINK_WRITER, read_counts, task_balance  # noqa: E402
 
 MIXES = {"default": (20, 120), "replication-heavy": (100, 500)}
 # The whole job against the plain pipeline and the raw query, the replication operator's
@@ -234,7 +234,16 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
     return {"wall_s": wall, "steady_s": last - first, "queries": per_query, "peak_rss": memory.peak,
             "peak_by_kind": memory.peak_by_kind, "objects": objects, "cpu_s": cpu, "cpu_by_kind": memory.cpu_by_kind(),
             "workers": memory.processes_of("Python workers"), "sink_rows": tables,
-            "operators": read_counts(str(counts))}
+            "operators": read_counts(str(counts)), "shuffle_partitions": _shuffle_partitions(extra)}
+
+
+def _shuffle_partitions(job_args) -> int:
+    """The stateful operators' tasks per micro-batch: a --spark-conf's, else the job's default on local[2]."""
+    from streaming.spark.pipeline import default_shuffle_partitions
+    for arg in job_args:
+        if str(arg).startswith("spark.sql.shuffle.partitions="):
+            return int(str(arg).split("=", 1)[1])
+    return default_shuffle_partitions("local[2]")
 
 
 def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
@@ -270,6 +279,12 @@ def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
               "bytes per call of a key or timer); "
               + ", ".join(f"{figure} {c.get(figure, 0) * per:,.0f}" for figure in
                           ("keys", "timers fired", "rows in", "rows out", "frames out")) + f"; {c['tasks']} tasks")
+        balance = task_balance(c.get("task_rows", []), job.get("shuffle_partitions", 1))
+        if balance is not None:
+            print(f"{label}, {operator}, rows per task: the largest task of a micro-batch has "
+                  f"{balance['largest_to_mean']:.2f} times its tasks' mean (weighted by rows; the worst, batch "
+                  f"{balance['worst_batch']}: {balance['worst_ratio']:.2f}, rows "
+                  + " / ".join(f"{n:,}" for n in balance["worst_rows"]) + ")")
 
 
 def peaks_text(job: dict) -> str:
