@@ -135,15 +135,17 @@ def stop(proc: subprocess.Popen) -> None:
     assert proc.wait(600) == 0, output(proc)[-5000:]
 
 
-def once_in_session(spark, bootstrap: str, sink: str, checkpoint, max_records: int | None = None) -> None:
+def once_in_session(spark, bootstrap: str, sink: str, checkpoint, max_records: int | None = None,
+                    **job_kw) -> None:
     """`dirstream run --once --pec-name pec0 --outbound-topic none` in the tests' own Spark session:
-    the same query (streaming.spark.job_query), without a JVM and Python workers started for it."""
+    the same query (streaming.spark.job_query), without a JVM and Python workers started for it.
+    job_kw: start_job_query's (records_per_task)."""
     from streaming.operators.notifications import Settings
     from streaming.spark.job_query import start_job_query
     from streaming.spark.pipeline import source_options
     query = start_job_query(spark, sink_url=sink, checkpoint=str(checkpoint), once=True, echo=lambda _l: None,
                             source_opts=source_options(bootstrap, max_records=max_records), settings=Settings(),
-                            pec_name="pec0", outbound_topic=None)
+                            pec_name="pec0", outbound_topic=None, **job_kw)
     try:
         query.awaitTermination(900)
     except Exception:           # noqa: BLE001 -- StreamingQueryException: asserted below with its text

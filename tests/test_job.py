@@ -287,6 +287,38 @@ def test_a_kafka_partition_is_split_into_tasks_of_at_most_the_given_records():
         KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t", "maxRecordsPerPartition": "0"})
 
 
+def test_a_small_micro_batchs_ranges_are_grouped_into_as_many_reading_tasks_as_cores():
+    from streaming.spark.kafka_source import GROUP_RECORDS, KafkaRangeGroup, KafkaStreamReader
+    reader = KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t,u", "maxRecordsPerPartition": "25000",
+                                "readTasks": "2"})
+    reader._offsets = type("Fixed", (), {"low": staticmethod(lambda tp: 0)})()
+
+    def tasks(end: dict) -> list[list[tuple]]:
+        parts = reader.partitions({t: {p: 0 for p in ps} for t, ps in end.items()}, end)
+        return [[(r.topic, r.partition, r.start, r.end) for r in (p.ranges if isinstance(p, KafkaRangeGroup) else [p])]
+                for p in parts]
+    # a live micro-batch's few records: two tasks, balanced, each reading its ranges in Kafka order
+    few = tasks({"t": {"0": 300, "1": 120, "2": 90}, "u": {"0": 200}})
+    assert few == [[("t", 0, 0, 300), ("t", 2, 0, 90)], [("t", 1, 0, 120), ("u", 0, 0, 200)]]
+    # a bigger micro-batch (GROUP_RECORDS a task or more): a task a range, split at maxRecordsPerPartition
+    big = tasks({"t": {"0": 60_000, "1": GROUP_RECORDS, "2": 300}})
+    assert big == [[("t", 0, 0, 20_000)], [("t", 0, 20_000, 40_000)], [("t", 0, 40_000, 60_000)],
+                   [("t", 1, 0, GROUP_RECORDS)], [("t", 2, 0, 300)]]
+
+
+def test_reading_tasks_grouped_or_one_per_kafka_partition_write_the_same_tables(spark, broker, tmp_path):
+    """The job groups a micro-batch's ranges into as many reading tasks as cores; with
+    --records-per-task 0 each Kafka partition is its own task. Nothing downstream may depend on it."""
+    from job_runs import differences, dump, once_in_session
+    simulate(broker, tmp_path, "--seed", "9", "--count", "2000", "--corrupt", "0.02")
+    grouped, apart = f"sqlite:///{tmp_path}/grouped.db", f"sqlite:///{tmp_path}/apart.db"
+    once_in_session(spark, broker, grouped, tmp_path / "c_grouped", max_records=700)
+    once_in_session(spark, broker, apart, tmp_path / "c_apart", max_records=700, records_per_task=0)
+    tables = dump(grouped)                          # every column, the Kafka coordinates too
+    assert tables["notifications"] and tables["directory_objects"] and tables["dead_letters"]
+    assert differences(tables, dump(apart)) == []
+
+
 def test_split_summary_and_per_record_paths_write_the_same_tables(spark, broker, tmp_path):
     """The raw query's reading tasks count (split into tasks of 300 records); the per-record path
     sends every decoded row through Spark. Both must write the same rows."""

@@ -43,7 +43,8 @@ def register(sub, add_kafka_arguments) -> None:
     run.add_argument("--max-records", type=int, default=200_000,
                      help="records of the raw topics per micro-batch at most (default 200,000)")
     run.add_argument("--records-per-task", type=int, default=RECORDS_PER_TASK,
-                     help="the job reads a Kafka partition's range in Spark tasks of at most this many records "
+                     help="the job reads a Kafka partition's range in Spark tasks of at most this many records, "
+                          "and a micro-batch of fewer than 10,000 records a core in one task a core "
                           f"(default {RECORDS_PER_TASK:,}; 0: one task per Kafka partition)")
     run.add_argument("--starting-offsets", default="earliest",
                      help='earliest, latest, or JSON {"topic": {"0": 42}} (first run only)')

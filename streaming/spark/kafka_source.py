@@ -13,6 +13,10 @@ batches. Options:
   maxRecordsPerPartition  split a Kafka partition's range into Spark partitions of at most this many
                      records (as Spark's own Kafka source); default: one Spark partition per Kafka
                      partition. Balances the cores when a few Kafka partitions hold most records.
+  readTasks          a micro-batch of fewer than GROUP_RECORDS records a task is read in this many tasks
+                     (the cores), one task reading its ranges in turn (a task costs a Python worker's
+                     round of set-up whatever it reads: a live micro-batch's few records took one task per
+                     Kafka partition, most of it set-up); default, and a bigger micro-batch: a task a range
   failOnDataLoss     true (default): fail when offsets to read were deleted; false: skip ahead
   dataLossLog        file that records skipped offsets when failOnDataLoss is false
   decode             true: decode envelopes and bodies in the reading task (streaming.spark.decode), so the
@@ -45,9 +49,9 @@ from ..wire.topics import CAPTURE_HEADER, JOB_GROUP, TOPICS, acl_refused
 from .kafka_offsets import READ_AHEAD, EndOffsets, SourceError, flatten, nest
 from .worker_gc import set_worker_gc
 
-__all__ = ["ARROW_BATCH_ROWS", "arrow_schema", "client_conf", "decoded_stream", "KafkaInputPartition",
-           "KafkaSource", "KafkaStreamReader", "log", "proportional_cap", "READ_IDLE_TIMEOUT_S", "register",
-           "RENEW_AFTER_S", "SCHEMA", "SOURCE_NAME", "source_options"]
+__all__ = ["ARROW_BATCH_ROWS", "arrow_schema", "client_conf", "decoded_stream", "GROUP_RECORDS", "grouped",
+           "KafkaInputPartition", "KafkaRangeGroup", "KafkaSource", "KafkaStreamReader", "log", "proportional_cap",
+           "READ_IDLE_TIMEOUT_S", "register", "RENEW_AFTER_S", "SCHEMA", "SOURCE_NAME", "source_options"]
 
 log = logging.getLogger("dirstream.source")
 
@@ -76,6 +80,14 @@ def arrow_schema():
 ARROW_BATCH_ROWS = 10_000
 READ_IDLE_TIMEOUT_S = 240.0          # longer than the driver's wait for an unreachable broker
 RENEW_AFTER_S = 20.0                 # a reading task's client is replaced after this long without a record
+
+
+class KafkaRangeGroup(InputPartition):
+    """Several Kafka ranges read by one task, in turn (the option readTasks)."""
+
+    def __init__(self, ranges: list["KafkaInputPartition"]):
+        super().__init__(",".join(r.value for r in ranges))
+        self.ranges = ranges
 
 
 @dataclass
@@ -135,6 +147,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.optional = _names(options, "optionaltopics")
         self.max_records = int(options["maxrecordsperbatch"]) if options.get("maxrecordsperbatch") else None
         self.max_per_partition = _positive(options, "maxRecordsPerPartition")
+        self.read_tasks = _positive(options, "readTasks")
         self.fail_on_data_loss = options.get("failondataloss", "true").lower() != "false"
         self.available_now_target: dict | None = None
         self._offsets: EndOffsets | None = None
@@ -234,19 +247,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict):
         begin, finish = flatten(start), flatten(end)
-        parts = []
+        ranges = {}
         for tp, stop in sorted(finish.items()):
             first = begin.get(tp, 0)
             if stop <= first:
                 continue
             first = self._check_data_loss(tp, first, stop)
             if stop > first:
-                parts.extend(_split(tp, first, stop, self.max_per_partition))
+                ranges[tp] = (first, stop)
+        parts = [piece for tp, (first, stop) in ranges.items()
+                 for piece in _split(tp, first, stop, self.max_per_partition)]
         if self.options.get("decode", "").lower() == "job" and parts:
             clock_ms = self._clock_ms({(p.topic, p.partition): p.end for p in parts})
             for part in parts:
                 part.clock_ms = clock_ms
-        return parts
+        return grouped(parts, self.read_tasks) if self.read_tasks else parts
 
     def _clock_ms(self, ends: dict) -> int | None:
         """The micro-batch's clock: the latest arrival time among the last records of the partitions it
@@ -296,8 +311,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._arrivals.close()
 
     # ---------------------------------------------------------------- executors
-    def read(self, partition: KafkaInputPartition):
+    def read(self, partition: "KafkaInputPartition | KafkaRangeGroup"):
         set_worker_gc()
+        for part in partition.ranges if isinstance(partition, KafkaRangeGroup) else (partition,):
+            yield from self._read_range(part)
+
+    def _read_range(self, partition: KafkaInputPartition):
         pool_key = tuple(sorted(self.conf.items()))
         held = {"consumer": _reading_consumer(pool_key, self.conf)}
         finished = False
@@ -456,6 +475,29 @@ def _split(tp: tuple[str, int], first: int, stop: int, most: int | None) -> list
     pieces = 1 if most is None else -(-(stop - first) // most)
     bounds = [first + (stop - first) * i // pieces for i in range(pieces)] + [stop]
     return [KafkaInputPartition(tp[0], tp[1], a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+# A micro-batch of fewer records than this a core is read in one task a core: a task costs a Python
+# worker's round of set-up (50-100 ms on a 2-core machine) whatever it reads, and reading about 40 µs
+# a record. A bigger one keeps a task per range: a backlog's cores balance best over many tasks
+# (the protocols' records cost differently), and fewer ran slower there.
+GROUP_RECORDS = 10_000
+
+
+def grouped(parts: list[KafkaInputPartition], tasks: int) -> list:
+    """A small micro-batch's ranges (under GROUP_RECORDS a task) in `tasks` groups, each range
+    (largest first) to the group with the fewest records so far; a group of one range stays that
+    range, a group's ranges are read in Kafka order. A bigger micro-batch's ranges as they are."""
+    if len(parts) <= tasks or sum(p.end - p.start for p in parts) >= tasks * GROUP_RECORDS:
+        return parts
+    groups: list[list[KafkaInputPartition]] = [[] for _ in range(tasks)]
+    sizes = [0] * tasks
+    for part in sorted(parts, key=lambda p: p.start - p.end):           # largest first (a stable sort)
+        lightest = sizes.index(min(sizes))
+        groups[lightest].append(part)
+        sizes[lightest] += part.end - part.start
+    return [KafkaRangeGroup(sorted(g, key=lambda p: (p.topic, p.partition, p.start))) if len(g) > 1 else g[0]
+            for g in groups]
 
 
 def proportional_cap(begin: dict, ends: dict, max_rows: int) -> dict:

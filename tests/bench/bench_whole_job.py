@@ -199,6 +199,11 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
     counts.mkdir()
     env = {**os.environ, COUNTS_ENV: str(counts), **({"PYTHONPATH": str(code)} if code else {}),
            **({BUILD_ENV: build} if build else {})}
+    events = workdir / f"events-{name}"     # Spark's event log: the stage timeline (stage_timeline)
+    shutil.rmtree(events, ignore_errors=True)
+    events.mkdir()
+    extra = (*extra, *(a for conf in (f"spark.eventLog.dir=file://{events}", "spark.eventLog.enabled=true",
+                                      "spark.eventLog.compress=false") for a in ("--spark-conf", conf)))
     started, cpu_before = time.perf_counter(), _busy_cpu_s()
     spy = ([shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses",
             "--nonblocking", "--rate", "50", "--format", "raw", "--output", str(profile), "--"] if profile else [])
@@ -234,7 +239,75 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
     return {"wall_s": wall, "steady_s": last - first, "queries": per_query, "peak_rss": memory.peak,
             "peak_by_kind": memory.peak_by_kind, "objects": objects, "cpu_s": cpu, "cpu_by_kind": memory.cpu_by_kind(),
             "workers": memory.processes_of("Python workers"), "sink_rows": tables,
-            "operators": read_counts(str(counts)), "shuffle_partitions": _shuffle_partitions(extra)}
+            "operators": read_counts(str(counts)), "shuffle_partitions": _shuffle_partitions(extra),
+            "timeline": stage_timeline(events)}
+
+
+STAGES = ("offsets", "planning", "reading", "first operator", "second operator", "driver after", "commit")
+
+
+def stage_timeline(events: Path) -> list[dict]:
+    """Each micro-batch's wall time by step, in seconds, from Spark's event log: the source's offsets
+    and the planning (the driver), the reading tasks, the first and the second operator's tasks
+    (each stage from its first task's start to its last task's end, the stages one after the other),
+    what the driver did after the last stage within the batch (collecting; the sink write, or with the
+    write behind the spool), and the commit of the offsets (walCommit and commitOffsets)."""
+    import json
+    stages, jobs, progress = {}, {}, {}
+    for log in sorted(events.rglob("*")):
+        if not log.is_file() or log.name.startswith((".", "appstatus")):
+            continue
+        for text in log.open():
+            e = json.loads(text)
+            kind = e["Event"]
+            if kind == "SparkListenerJobStart" and e.get("Properties", {}).get("streaming.sql.batchId") is not None:
+                batch = int(e["Properties"]["streaming.sql.batchId"])
+                jobs.setdefault(batch, []).extend((s["Stage ID"], s["Parent IDs"]) for s in e["Stage Infos"])
+            elif kind == "SparkListenerStageCompleted":
+                info = e["Stage Info"]
+                if info.get("Submission Time") and info.get("Completion Time"):
+                    stages[info["Stage ID"]] = (info["Submission Time"], info["Completion Time"])
+            elif kind.endswith("QueryProgressEvent"):
+                progress[int(e["progress"]["batchId"])] = e["progress"]["durationMs"]
+    timeline = []
+    for batch, durations in sorted(progress.items()):
+        depth = {}
+        for sid, parents in sorted(jobs.get(batch, [])):    # after its parents: reading 0, the operators 1 and 2
+            depth[sid] = 1 + max((depth.get(p, -1) for p in parents), default=-1)
+        depth = {sid: d for sid, d in depth.items() if sid in stages}      # a stage with nothing to do: skipped
+        step = {"reading": 0.0, "first operator": 0.0, "second operator": 0.0}
+        for sid, d in depth.items():
+            name = ("reading", "first operator", "second operator")[min(d, 2)]
+            step[name] += (stages[sid][1] - stages[sid][0]) / 1000
+        span = (max(stages[s][1] for s in depth) - min(stages[s][0] for s in depth)) / 1000 if depth else 0.0
+        timeline.append({"batch": batch, "total": durations.get("triggerExecution", 0) / 1000,
+                         "offsets": durations.get("latestOffset", 0) / 1000,
+                         "planning": durations.get("queryPlanning", 0) / 1000, **step,
+                         "driver after": max(durations.get("addBatch", 0) / 1000 - span, 0.0),
+                         "commit": (durations.get("walCommit", 0) + durations.get("commitOffsets", 0)) / 1000})
+    return timeline
+
+
+def print_timeline(label: str, timeline: list[dict]) -> None:
+    """The stage timeline: each batch's (the first, the job's start-up, apart), or with many batches
+    their mean and the longest; and the driver's share of the wall time (its steps alone)."""
+    if not timeline:
+        return
+    steady = timeline[1:] or timeline
+
+    def line(t: dict) -> str:
+        return ", ".join(f"{s} {t[s]:.2f}" for s in STAGES) + f"; in all {t['total']:.2f}"
+    print(f"{label}, the stage timeline (s): batch 0 (start-up): {line(timeline[0])}")
+    shown = steady if len(steady) <= 8 else [max(steady, key=lambda t: t["total"])]
+    if len(steady) > 8:
+        mean = {s: sum(t[s] for t in steady) / len(steady) for s in (*STAGES, "total")}
+        print(f"{label}, the stage timeline (s), mean of batches 1-{steady[-1]['batch']}: {line(mean)}")
+    for t in shown:
+        print(f"{label}, the stage timeline (s): batch {t['batch']}{' (the longest)' if len(steady) > 8 else ''}: "
+              f"{line(t)}")
+    driver = sum(t[s] for t in steady for s in ("offsets", "planning", "driver after", "commit"))
+    print(f"{label}, the driver alone (offsets, planning, after the stages, commit): "
+          f"{100 * driver / max(sum(t['total'] for t in steady), 1e-9):.0f} % of the batches' wall time after batch 0")
 
 
 def _shuffle_partitions(job_args) -> int:
@@ -268,6 +341,7 @@ def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
         print(f"{label}, the driver: sink writes {writes['sink write ms'] / 1000:.1f} s; the query waited "
               f"{waited:.1f} s after collecting its micro-batches (inline, the writes; behind, the spool and the "
               f"write in flight): {100 * waited / job['steady_s']:.0f} % of the steady time")
+    print_timeline(label, job.get("timeline", []))
     for operator, c in sorted(job["operators"].items()):
         if operator == SINK_WRITER:
             continue
