@@ -247,16 +247,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict):
         begin, finish = flatten(start), flatten(end)
-        ranges = {}
+        parts = []
         for tp, stop in sorted(finish.items()):
             first = begin.get(tp, 0)
             if stop <= first:
                 continue
             first = self._check_data_loss(tp, first, stop)
             if stop > first:
-                ranges[tp] = (first, stop)
-        parts = [piece for tp, (first, stop) in ranges.items()
-                 for piece in _split(tp, first, stop, self.max_per_partition)]
+                parts.extend(_split(tp, first, stop, self.max_per_partition))
         if self.options.get("decode", "").lower() == "job" and parts:
             clock_ms = self._clock_ms({(p.topic, p.partition): p.end for p in parts})
             for part in parts:
