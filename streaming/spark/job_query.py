@@ -230,7 +230,7 @@ def start_job_query(spark, *, sink_url: str, checkpoint: str, source_opts: dict,
     opts["optionalTopics"] = REJECTED_TOPIC     # created by a capture producer when it rejects a packet
     if records_per_task:
         opts["maxRecordsPerPartition"] = str(records_per_task)
-        opts["readTasks"] = str(spark.sparkContext.defaultParallelism)     # small ranges share a task
+        opts["readTasks"] = str(spark.sparkContext.defaultParallelism)     # a small micro-batch: a task a core
     query_id = checkpoint_query_id(spark, checkpoint)
     outbound = {"topic": outbound_topic, "kafka": kafka_conf or {}} if outbound_topic else None
     writer = JobWriter(sink_url, opts, query_id, opts.get("dataLossLog"), echo, outbound)

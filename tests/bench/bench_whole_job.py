@@ -252,7 +252,6 @@ def stage_timeline(events: Path) -> list[dict]:
     (each stage from its first task's start to its last task's end, the stages one after the other),
     what the driver did after the last stage within the batch (collecting; the sink write, or with the
     write behind the spool), and the commit of the offsets (walCommit and commitOffsets)."""
-    import json
     stages, jobs, progress = {}, {}, {}
     for log in sorted(events.rglob("*")):
         if not log.is_file() or log.name.startswith((".", "appstatus")):
@@ -341,7 +340,7 @@ def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
         print(f"{label}, the driver: sink writes {writes['sink write ms'] / 1000:.1f} s; the query waited "
               f"{waited:.1f} s after collecting its micro-batches (inline, the writes; behind, the spool and the "
               f"write in flight): {100 * waited / job['steady_s']:.0f} % of the steady time")
-    print_timeline(label, job.get("timeline", []))
+    print_timeline(label, job["timeline"])
     for operator, c in sorted(job["operators"].items()):
         if operator == SINK_WRITER:
             continue
@@ -353,7 +352,7 @@ def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
               "bytes per call of a key or timer); "
               + ", ".join(f"{figure} {c.get(figure, 0) * per:,.0f}" for figure in
                           ("keys", "timers fired", "rows in", "rows out", "frames out")) + f"; {c['tasks']} tasks")
-        balance = task_balance(c.get("task_rows", []), job.get("shuffle_partitions", 1))
+        balance = task_balance(c["task_rows"], job["shuffle_partitions"])
         if balance is not None:
             print(f"{label}, {operator}, rows per task: the largest task of a micro-batch has "
                   f"{balance['largest_to_mean']:.2f} times its tasks' mean (weighted by rows; the worst, batch "
