@@ -276,7 +276,7 @@ def test_a_kafka_partition_is_split_into_tasks_of_at_most_the_given_records():
     from streaming.spark.kafka_offsets import SourceError
     from streaming.spark.kafka_source import KafkaStreamReader
     reader = KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t", "maxRecordsPerPartition": "1000"})
-    reader._offsets = type("Fixed", (), {"low": staticmethod(lambda tp: 0)})()
+    reader._offsets = type("Fixed", (), {"lows": staticmethod(lambda tps: {tp: 0 for tp in tps})})()
     parts = reader.partitions({"t": {"0": 10, "1": 5}}, {"t": {"0": 2511, "1": 905}})
     ranges = [(p.partition, p.start, p.end) for p in parts]
     assert ranges == [(0, 10, 843), (0, 843, 1677), (0, 1677, 2511), (1, 5, 905)]
@@ -291,7 +291,7 @@ def test_a_small_micro_batchs_ranges_are_grouped_into_as_many_reading_tasks_as_c
     from streaming.spark.kafka_source import GROUP_RECORDS, KafkaRangeGroup, KafkaStreamReader
     reader = KafkaStreamReader({"bootstrap": "127.0.0.1:1", "topics": "t,u", "maxRecordsPerPartition": "25000",
                                 "readTasks": "2"})
-    reader._offsets = type("Fixed", (), {"low": staticmethod(lambda tp: 0)})()
+    reader._offsets = type("Fixed", (), {"lows": staticmethod(lambda tps: {tp: 0 for tp in tps})})()
 
     def tasks(end: dict) -> list[list[tuple]]:
         parts = reader.partitions({t: {p: 0 for p in ps} for t, ps in end.items()}, end)

@@ -98,6 +98,43 @@ def test_a_replay_of_one_protocol_runs_the_whole_job(broker, tmp_path):
     assert sink_totals(url)["seen"] == {"mqcn": len(bodies)}
 
 
+def test_the_offsets_asked_for_every_partition_at_once_are_each_partitions_watermarks(broker):
+    """One ListOffsets request for all partitions gives what get_watermark_offsets gives one partition at a
+    time: an empty partition, one whose start was deleted, and one with a transaction still open (the
+    consumer's isolation, read_committed, ends it before the open transaction)."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import NewTopic
+    from streaming.spark.kafka_offsets import EndOffsets
+    topic = f"offsets-{time.time_ns()}"
+    admin = AdminClient({"bootstrap.servers": broker})
+    [f.result(30) for f in admin.create_topics([NewTopic(topic, 3, 1)]).values()]
+    _produce(broker, topic, _mqsd_records(40), partition=0)
+    _produce(broker, topic, _mqsd_records(30), partition=1)
+    [f.result(30) for f in admin.delete_records([TopicPartition(topic, 1, 12)]).values()]
+    open_transaction = Producer({"bootstrap.servers": broker, "transactional.id": topic})
+    open_transaction.init_transactions(30)
+    open_transaction.begin_transaction()
+    _produce(broker, topic, _mqsd_records(5), partition=0)
+    for value in _mqsd_records(7):
+        open_transaction.produce(topic, value, partition=0)
+    assert open_transaction.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": broker, "group.id": topic})
+    one_by_one = {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+                  for p in range(3)}
+    consumer.close()
+    offsets = EndOffsets({"bootstrap.servers": broker}, [topic])
+    try:
+        assert offsets.bounds() == one_by_one
+        assert one_by_one[(topic, 1)] == (12, 30) and one_by_one[(topic, 2)] == (0, 0)
+        assert one_by_one[(topic, 0)] == (0, 45)                        # the open transaction's 7 not yet
+        assert offsets.ends() == {tp: high for tp, (_low, high) in one_by_one.items()}
+        assert offsets.lows([(topic, 1), (topic, 2)]) == {(topic, 1): 12, (topic, 2): 0}
+        assert offsets.low((topic, 1)) == 12
+    finally:
+        offsets.close()
+        open_transaction.abort_transaction(30)
+
+
 def test_an_unreachable_broker_is_waited_for_then_reported_clearly():
     from streaming.spark.kafka_offsets import EndOffsets, SourceError
     offsets = EndOffsets({"bootstrap.servers": "127.0.0.1:1"}, [TOPICS["mqsd"]], broker_wait_s=3)

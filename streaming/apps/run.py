@@ -321,7 +321,7 @@ def _records_to_read(spark, opts: dict, sink_url: str, checkpoint: str) -> int |
         offsets = EndOffsets(client_conf(opts), topics, opts.get("topicPattern"), broker_wait_s=0)
         try:
             ends = offsets.ends()
-            lows = {tp: offsets.low(tp) for tp in ends}
+            lows = offsets.lows(list(ends))
         finally:
             offsets.close()
         sink = open_sink(sink_url)

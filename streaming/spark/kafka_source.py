@@ -196,13 +196,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if starting == "latest":
             return nest(self.offsets.ends(partitions))
         if starting == "earliest":
-            return nest({tp: self.offsets.low(tp) for tp in partitions})
+            return nest(self.offsets.lows(partitions))
         try:
             given = flatten(json.loads(starting))
         except (ValueError, AttributeError) as exc:
             raise SourceError(f"startingOffsets must be earliest, latest or JSON "
                               f'{{"topic": {{"0": 42}}}}: {exc}') from None
-        return nest({tp: given.get(tp, self.offsets.low(tp)) for tp in partitions})
+        lows = self.offsets.lows([tp for tp in partitions if tp not in given])
+        return nest({tp: given[tp] if tp in given else lows[tp] for tp in partitions})
 
     def getDefaultReadLimit(self):
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
@@ -248,11 +249,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict):
         begin, finish = flatten(start), flatten(end)
         parts = []
-        for tp, stop in sorted(finish.items()):
-            first = begin.get(tp, 0)
-            if stop <= first:
-                continue
-            first = self._check_data_loss(tp, first, stop)
+        ranges = [(tp, begin.get(tp, 0), stop) for tp, stop in sorted(finish.items()) if stop > begin.get(tp, 0)]
+        lows = self.offsets.lows([tp for tp, _first, _stop in ranges])
+        for tp, first, stop in ranges:
+            first = self._check_data_loss(tp, first, stop, lows[tp])
             if stop > first:
                 parts.extend(_split(tp, first, stop, self.max_per_partition))
         if self.options.get("decode", "").lower() == "job" and parts:
@@ -289,8 +289,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 fh.write(json.dumps({"topic": tp[0], "partition": tp[1], "from": first, "skipped": skipped,
                                      "at": time.time()}) + "\n")
 
-    def _check_data_loss(self, tp: tuple[str, int], first: int, stop: int) -> int:
-        low = self.offsets.low(tp)
+    def _check_data_loss(self, tp: tuple[str, int], first: int, stop: int, low: int) -> int:
         if low <= first:
             return first
         if self.fail_on_data_loss:
