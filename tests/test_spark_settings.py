@@ -41,3 +41,31 @@ def test_a_setting_in_spark_defaults_conf_and_one_by_spark_conf_reach_the_job(br
                          "--outbound-topic", "none", *extra, timeout=600, env=env)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert checkpoint_conf(tmp_path / f"ckpt-{name}")["spark.sql.shuffle.partitions"] == partitions
+
+
+def test_a_local_checkpoint_is_written_through_the_filesystem_api_and_another_filesystems_is_not():
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    assert job_spark_defaults("local[2]", {}, pretouch=False)[key].endswith(".FileSystemBasedCheckpointFileManager")
+    assert key not in job_spark_defaults("local[2]", {}, pretouch=False, local_checkpoint=False)
+
+
+def test_writing_a_local_checkpoint_runs_no_readlink_process(broker, tmp_path):
+    """Hadoop's FileContext asks for a local file's link status by running `readlink` (without its native
+    library): Spark's default checkpoint writer did so twice for every file it renamed into place. A
+    `readlink` first on the PATH records each call."""
+    import os
+    import shutil
+    simulate(broker, tmp_path, "--seed", "3", "--count", "300")
+    tools, calls = tmp_path / "tools", tmp_path / "readlink-calls"
+    tools.mkdir()
+    (tools / "readlink").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {shutil.which("readlink")} "$@"\n')
+    (tools / "readlink").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    checkpoint = tmp_path / "ckpt"
+    done = dirstream("run", "--bootstrap", broker, "--sink", f"sqlite:///{tmp_path}/sink.db", "--checkpoint",
+                     str(checkpoint), "--once", "--max-records", "100", "--metrics-port", "0", "--log-format", "plain",
+                     "--outbound-topic", "none", timeout=600, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(list(checkpoint.rglob("commits/*"))) >= 3                  # several micro-batches committed
+    named = [line for line in (calls.read_text().splitlines() if calls.exists() else []) if str(checkpoint) in line]
+    assert named == []

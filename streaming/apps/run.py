@@ -202,7 +202,8 @@ def _run(args, stop: "StopRequests") -> int:
     log.info("reading %s from %s; writing %s; checkpoint %s; master %s", opts.get("topics") or opts["topicPattern"],
              args.bootstrap, masked(args.sink), args.checkpoint, args.master)
     # the whole job's run writes the machine's class archive (a raw-only run would leave out the operators')
-    spark = build_spark(args.master, conf=conf, write_class_archive=operators, pretouch=not args.once)
+    spark = build_spark(args.master, conf=conf, write_class_archive=operators, pretouch=not args.once,
+                        local_checkpoint=local_checkpoint(args.checkpoint) is not None)
     if not args.master.startswith("local"):     # a cluster's executors load the code the job ships them
         say(f"dirstream run: on the executors, {workers_build_line(spark)}")
     try:
