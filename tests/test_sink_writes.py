@@ -129,3 +129,24 @@ def test_a_site_seen_again_in_a_batch_is_written_once_with_its_first_and_last_si
     stored = open_sink(url).query("SELECT first_seen, last_seen FROM site_topology")[0]
     assert str(stored["first_seen"])[:19] == min(r["first_seen"] for r in rows)[:19]
     assert str(stored["last_seen"])[:19] == max(r["last_seen"] for r in rows)[:19]
+
+
+def test_a_full_disk_is_the_error_a_failed_batch_reports_and_it_leaves_nothing_written(tmp_path):
+    """SQLite rolls a transaction back itself when the database cannot grow ("database or disk is
+    full"): the batch fails with that error, not with a ROLLBACK's "no transaction is active"."""
+    import sqlite3
+    url = f"sqlite:///{tmp_path}/s.db"
+    s = open_sink(url)
+    try:
+        pages = s.conn.raw.execute("PRAGMA page_count").fetchone()[0]
+        s.conn.raw.execute(f"PRAGMA max_page_count={pages + 4}")     # the file cannot grow past a few pages
+        batch = {"dead_letters": [dict(_dead_letter(random.Random(i)), kafka_offset=i, raw_value=bytes(4096))
+                                  for i in range(200)]}
+        with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+            s.write_batch("q", 0, batch)
+        assert s.query("SELECT COUNT(*) AS n FROM dead_letters")[0]["n"] == 0
+        s.conn.raw.execute("PRAGMA max_page_count=1073741823")
+        assert s.write_batch("q", 0, batch)
+        assert s.query("SELECT COUNT(*) AS n FROM dead_letters")[0]["n"] == 200
+    finally:
+        s.close()

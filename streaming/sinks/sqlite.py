@@ -77,5 +77,10 @@ class _SQLiteTransaction:
         return self.cur
 
     def __exit__(self, exc_type, exc, tb):
-        self.cur.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if exc_type is None:
+            self.cur.execute("COMMIT")
+        elif self.raw.in_transaction:
+            # SQLite rolls a transaction back itself after some errors (a full disk: "database or disk
+            # is full"); a ROLLBACK then would fail and hide that error behind its own
+            self.cur.execute("ROLLBACK")
         return False
