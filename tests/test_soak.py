@@ -82,3 +82,13 @@ def test_a_short_soak_rides_through_a_broker_restart_and_catches_up(tmp_path):
     assert result["samples"][-1]["queries"]["dirstream"]["read"] >= result["samples"][-1]["published"] > 10_000
     assert all(s["memory"]["jvm"] > 0 for s in result["samples"] if s["phase"] == "steady")
     assert (out / "soak.png").stat().st_size > 10_000
+
+
+def test_a_soak_that_would_fill_the_disk_is_refused_before_it_starts(tmp_path):
+    out = tmp_path / "soak"
+    done = subprocess.run([sys.executable, str(SOAK), "--minutes", "1000000", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    # 2,000 msg/s for the steady phase and the default stop and catch-up (10 minutes each), 12 kB each
+    assert f"soak: 120,002,400,000 messages need about 1,440,028.8 GB in {out}, which has " in done.stderr
+    assert not (out / "work").exists()                  # no broker, job or producer was started
