@@ -163,7 +163,8 @@ def spark(operator_counts):
     from streaming.spark.pipeline import build_spark
     session = build_spark("local[2]", conf={"spark.sql.shuffle.partitions": "2",
                                              "spark.driver.memory": "2g",
-                                             f"spark.executorEnv.{COUNTS_ENV}": str(operator_counts)})
+                                             f"spark.executorEnv.{COUNTS_ENV}": str(operator_counts)},
+                          local_checkpoint=True)           # as `dirstream run` with a checkpoint folder
     yield session
     session.stop()
 

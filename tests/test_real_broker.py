@@ -135,6 +135,21 @@ def test_the_offsets_asked_for_every_partition_at_once_are_each_partitions_water
         open_transaction.abort_transaction(30)
 
 
+def test_a_partition_the_broker_does_not_know_is_reported_by_name_not_taken_for_an_offset(broker):
+    from confluent_kafka.admin import NewTopic
+    from streaming.spark.kafka_offsets import EndOffsets, SourceError
+    topic = f"offsets-{time.time_ns()}"
+    admin = AdminClient({"bootstrap.servers": broker})
+    [f.result(30) for f in admin.create_topics([NewTopic(topic, 1, 1)]).values()]
+    offsets = EndOffsets({"bootstrap.servers": broker}, [topic], broker_wait_s=3)
+    try:
+        with pytest.raises(SourceError, match=rf"cannot read the offsets of 2 partitions from .*{topic}\[7\]"):
+            offsets.lows([(topic, 0), (topic, 7)])
+        assert offsets.lows([(topic, 0)]) == {(topic, 0): 0}
+    finally:
+        offsets.close()
+
+
 def test_an_unreachable_broker_is_waited_for_then_reported_clearly():
     from streaming.spark.kafka_offsets import EndOffsets, SourceError
     offsets = EndOffsets({"bootstrap.servers": "127.0.0.1:1"}, [TOPICS["mqsd"]], broker_wait_s=3)

@@ -45,21 +45,25 @@ def test_a_setting_in_spark_defaults_conf_and_one_by_spark_conf_reach_the_job(br
 
 def test_a_local_checkpoint_is_written_through_the_filesystem_api_and_another_filesystems_is_not():
     key = "spark.sql.streaming.checkpointFileManagerClass"
-    assert job_spark_defaults("local[2]", {}, pretouch=False)[key].endswith(".FileSystemBasedCheckpointFileManager")
+    local = job_spark_defaults("local[2]", {}, pretouch=False, local_checkpoint=True)
+    assert local[key].endswith(".FileSystemBasedCheckpointFileManager")
     assert key not in job_spark_defaults("local[2]", {}, pretouch=False, local_checkpoint=False)
+    assert key not in job_spark_defaults("local[2]", {}, pretouch=False)          # Spark's own unless told
 
 
 def test_writing_a_local_checkpoint_runs_no_readlink_process(broker, tmp_path):
     """Hadoop's FileContext asks for a local file's link status by running `readlink` (without its native
     library): Spark's default checkpoint writer did so twice for every file it renamed into place. A
-    `readlink` first on the PATH records each call."""
+    `readlink` and a `chmod` first on the PATH record each call: Hadoop still runs `chmod` to set a new
+    file's permissions, which shows the wrappers are the ones it runs."""
     import os
     import shutil
     simulate(broker, tmp_path, "--seed", "3", "--count", "300")
-    tools, calls = tmp_path / "tools", tmp_path / "readlink-calls"
+    tools = tmp_path / "tools"
     tools.mkdir()
-    (tools / "readlink").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {shutil.which("readlink")} "$@"\n')
-    (tools / "readlink").chmod(0o755)
+    for tool in ("readlink", "chmod"):          # chmod: Hadoop still runs it, so the wrappers are the ones run
+        (tools / tool).write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / tool}-calls\nexec {shutil.which(tool)} "$@"\n')
+        (tools / tool).chmod(0o755)
     env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
     checkpoint = tmp_path / "ckpt"
     done = dirstream("run", "--bootstrap", broker, "--sink", f"sqlite:///{tmp_path}/sink.db", "--checkpoint",
@@ -67,5 +71,8 @@ def test_writing_a_local_checkpoint_runs_no_readlink_process(broker, tmp_path):
                      "--outbound-topic", "none", timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert len(list(checkpoint.rglob("commits/*"))) >= 3                  # several micro-batches committed
-    named = [line for line in (calls.read_text().splitlines() if calls.exists() else []) if str(checkpoint) in line]
-    assert named == []
+    def naming_the_checkpoint(tool: str) -> list[str]:
+        calls = tmp_path / f"{tool}-calls"
+        return [line for line in (calls.read_text().splitlines() if calls.exists() else []) if str(checkpoint) in line]
+    assert naming_the_checkpoint("chmod")       # new checkpoint files' permissions: the wrappers were run
+    assert naming_the_checkpoint("readlink") == []

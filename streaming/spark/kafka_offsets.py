@@ -3,7 +3,7 @@ import logging
 import re
 import time
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..wire.topics import JOB_GROUP
 
@@ -140,9 +140,9 @@ class EndOffsets:
         def ask() -> dict[tuple[str, int], int]:
             found = self.consumer.offsets_for_times([TopicPartition(t, p, which) for t, p in partitions],
                                                     timeout=METADATA_TIMEOUT_S)
-            for tp in found:
+            for tp in found:                # an unknown partition comes back with an error, not an offset
                 if tp.error is not None:
-                    raise KafkaException(tp.error)
+                    raise KafkaException(KafkaError(tp.error.code(), f"{tp.topic}[{tp.partition}]: {tp.error.str()}"))
             return {(tp.topic, tp.partition): tp.offset for tp in found}
         what = (f"the offsets of {partitions[0][0]}[{partitions[0][1]}]" if len(partitions) == 1
                 else f"the offsets of {len(partitions)} partitions")

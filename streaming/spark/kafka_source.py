@@ -280,7 +280,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               f"to continue from offset {position}")
         if self._reset_logged.get(tp) != position:
             self._reset_logged[tp] = position
-            self._log_skipped(tp, self.offsets.low(tp), position - self.offsets.low(tp))
+            low = self.offsets.low(tp)
+            self._log_skipped(tp, low, position - low)
 
     def _log_skipped(self, tp: tuple[str, int], first: int, skipped: int) -> None:
         log_path = self.options.get("datalosslog")

@@ -94,7 +94,7 @@ LOCAL_CHECKPOINT_FILES = {"spark.sql.streaming.checkpointFileManagerClass":
 
 
 def build_spark(master: str = "local[*]", app_name: str = "msmq-dirstream", conf: dict | None = None,
-                write_class_archive: bool = False, pretouch: bool = True, local_checkpoint: bool = True):
+                write_class_archive: bool = False, pretouch: bool = True, local_checkpoint: bool = False):
     """The Spark session. The driver JVM maps this machine's class archive when there is one; with
     write_class_archive it writes one when there is none, installed by stop_spark (class_archive.py).
     local_checkpoint: the queries' checkpoints are on the local file system (LOCAL_CHECKPOINT_FILES)."""
@@ -138,7 +138,7 @@ def workers_build_line(spark) -> str:
     return spark.sparkContext.parallelize([0], 1).map(lambda _: build_line()).first()
 
 
-def job_spark_defaults(master: str, given: dict, pretouch: bool, local_checkpoint: bool = True) -> dict[str, str]:
+def job_spark_defaults(master: str, given: dict, pretouch: bool, local_checkpoint: bool = False) -> dict[str, str]:
     """The job's Spark settings, each applied only where the user has not set it."""
     defaults = {
         **(LOCAL_CHECKPOINT_FILES if local_checkpoint else {}),

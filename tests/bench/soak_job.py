@@ -385,12 +385,24 @@ def disk_short(out: Path, a) -> str | None:
     messages = int(a.rate * traffic_seconds(a))
     need = messages * DISK_PER_MESSAGE
     out.mkdir(parents=True, exist_ok=True)
-    earlier = sum(f.stat().st_size for f in (out / "work").rglob("*") if f.is_file())   # deleted first
-    free = shutil.disk_usage(out).free + earlier
+    free = shutil.disk_usage(out).free + _blocks_held(out / "work")          # an earlier run's: deleted first
     if free >= need:
         return None
     return (f"soak: {messages:,} messages need about {need / 1e9:,.1f} GB in {out}, which has {free / 1e9:,.1f} GB "
             "free; free some space, or give --out on another filesystem, or fewer --minutes")
+
+
+def _blocks_held(folder: Path) -> int:
+    """The bytes the files under folder take on disk (a Kafka index is a sparse file: its blocks, not its
+    size; a link is not followed; a file deleted while counted counts nothing)."""
+    held = 0
+    for path in folder.rglob("*"):
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            continue
+        held += st.st_blocks * 512 if not path.is_symlink() and path.is_file() else 0
+    return held
 
 
 def latency_figures(latencies: list[float]) -> dict:
