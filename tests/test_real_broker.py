@@ -103,13 +103,12 @@ def test_the_offsets_asked_for_every_partition_at_once_are_each_partitions_water
     time: an empty partition, one whose start was deleted, and one with a transaction still open (the
     consumer's isolation, read_committed, ends it before the open transaction)."""
     from confluent_kafka import Consumer
-    from confluent_kafka.admin import NewTopic
     from streaming.spark.kafka_offsets import EndOffsets
     topic = f"offsets-{time.time_ns()}"
-    admin = AdminClient({"bootstrap.servers": broker})
-    [f.result(30) for f in admin.create_topics([NewTopic(topic, 3, 1)]).values()]
+    ensure_topics(KafkaSettings(broker), {topic: 3})
     _produce(broker, topic, _mqsd_records(40), partition=0)
     _produce(broker, topic, _mqsd_records(30), partition=1)
+    admin = AdminClient({"bootstrap.servers": broker})
     [f.result(30) for f in admin.delete_records([TopicPartition(topic, 1, 12)]).values()]
     open_transaction = Producer({"bootstrap.servers": broker, "transactional.id": topic})
     open_transaction.init_transactions(30)
@@ -136,11 +135,9 @@ def test_the_offsets_asked_for_every_partition_at_once_are_each_partitions_water
 
 
 def test_a_partition_the_broker_does_not_know_is_reported_by_name_not_taken_for_an_offset(broker):
-    from confluent_kafka.admin import NewTopic
     from streaming.spark.kafka_offsets import EndOffsets, SourceError
     topic = f"offsets-{time.time_ns()}"
-    admin = AdminClient({"bootstrap.servers": broker})
-    [f.result(30) for f in admin.create_topics([NewTopic(topic, 1, 1)]).values()]
+    ensure_topics(KafkaSettings(broker), {topic: 1})
     offsets = EndOffsets({"bootstrap.servers": broker}, [topic], broker_wait_s=3)
     try:
         with pytest.raises(SourceError, match=rf"cannot read the offsets of 2 partitions from .*{topic}\[7\]"):

@@ -71,6 +71,7 @@ def test_writing_a_local_checkpoint_runs_no_readlink_process(broker, tmp_path):
                      "--outbound-topic", "none", timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert len(list(checkpoint.rglob("commits/*"))) >= 3                  # several micro-batches committed
+
     def naming_the_checkpoint(tool: str) -> list[str]:
         calls = tmp_path / f"{tool}-calls"
         return [line for line in (calls.read_text().splitlines() if calls.exists() else []) if str(checkpoint) in line]

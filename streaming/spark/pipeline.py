@@ -86,7 +86,7 @@ def default_shuffle_partitions(master: str) -> int:
 # FileContext, renames each file it writes (offsets, commits, every state store's changelog, and
 # each one's checksum file) after asking for the status of both names, and without Hadoop's native
 # library the local file system answers each by running `readlink` as a child process of the driver
-# JVM: about 50 processes a micro-batch, on the path of the batch's commit (0.12 -> 0.03 s a batch
+# JVM: about 50 processes a micro-batch, on the path of the batch's commit (0.09 -> 0.03 s a batch
 # in 2,000-record batches, docs/benchmarks.md). A local rename is atomic either way. Another
 # filesystem's checkpoint (hdfs://, s3a://) keeps Spark's default.
 LOCAL_CHECKPOINT_FILES = {"spark.sql.streaming.checkpointFileManagerClass":

@@ -80,6 +80,7 @@ import os
 import re
 import shutil
 import signal
+from stat import S_ISREG
 import statistics
 import subprocess
 import sys
@@ -401,7 +402,7 @@ def _blocks_held(folder: Path) -> int:
             st = path.lstat()
         except FileNotFoundError:
             continue
-        held += st.st_blocks * 512 if not path.is_symlink() and path.is_file() else 0
+        held += st.st_blocks * 512 if S_ISREG(st.st_mode) else 0
     return held
 
 
