@@ -43,7 +43,10 @@ from streaming import BUILD_ENV  # noqa: E402
 from streaming.wire.topics import TOPICS  # noqa: E402
 from streaming.spark.operator_counts import COUNTS_ENV, SINK_WRITER, read_counts, task_balance  # noqa: E402
 
-MIXES = {"default": (20, 120), "replication-heavy": (100, 500)}
+# slow-clock: about 7 times the wall clock at 2,000 msg/s, so that the queue managers' batching windows
+# hold minutes of traffic and fire at the end (the tail), as a live job's do
+MIXES = {"default": (20, 120), "replication-heavy": (100, 500), "slow-clock": (1, 1)}
+DEFAULT_MIXES = ("default", "replication-heavy")
 # The whole job against the plain pipeline and the raw query, the replication operator's
 # changes per second, memory
 TARGETS = {"job_vs_plain": 0.5, "job_vs_raw_query": 0.25, "changes": 20_000, "raw_vs_ceiling": 0.6,
@@ -228,6 +231,8 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
                             "SUM(duration_ms) AS busy_ms, MIN(started_at) AS first, MAX(finished_at) AS last "
                             "FROM pipeline_progress GROUP BY query_name")
         objects = s.query("SELECT COUNT(*) AS n FROM directory_objects")[0]["n"] if name == "job" else 0
+        windows = s.query("SELECT COUNT(*) AS n, MAX(count) AS largest, SUM(count) AS notifications "
+                          "FROM notification_batches")[0] if name == "job" else {}
         tables = {t["name"]: s.query(f'SELECT COUNT(*) AS n FROM "{t["name"]}"')[0]["n"] for t in
                   s.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")}
     finally:
@@ -238,7 +243,7 @@ def run_job(bootstrap: str, workdir: Path, name: str, *extra, profile: Path | No
         print_profile(profile)
     return {"wall_s": wall, "steady_s": last - first, "queries": per_query, "peak_rss": memory.peak,
             "peak_by_kind": memory.peak_by_kind, "objects": objects, "cpu_s": cpu, "cpu_by_kind": memory.cpu_by_kind(),
-            "workers": memory.processes_of("Python workers"), "sink_rows": tables,
+            "workers": memory.processes_of("Python workers"), "sink_rows": tables, "windows": windows,
             "operators": read_counts(str(counts)), "shuffle_partitions": _shuffle_partitions(extra),
             "timeline": stage_timeline(events)}
 
@@ -358,6 +363,15 @@ def where_it_goes(job: dict, total: int, label: str = "whole job") -> None:
                   f"{balance['largest_to_mean']:.2f} times its tasks' mean (weighted by rows; the worst, batch "
                   f"{balance['worst_batch']}: {balance['worst_ratio']:.2f}, rows "
                   + " / ".join(f"{n:,}" for n in balance["worst_rows"]) + ")")
+
+
+def print_windows(job: dict) -> None:
+    """The queue managers' batching windows that fired (MQCN note <3>): a window's notifications are
+    processed when it fires, in the micro-batch whose watermark passes its end."""
+    w = job.get("windows") or {}
+    if w.get("n"):
+        print(f"whole job, the batching windows: {w['n']} fired with {w['notifications']:,} notifications, "
+              f"the largest {w['largest']:,}")
 
 
 def peaks_text(job: dict) -> str:
@@ -550,6 +564,7 @@ def bench_mix(name: str, op_interval: tuple[int, int], messages: int, profile: P
                   f"peak resident memory (PSS) {job['peak_rss'] / 2**20:,.0f} MiB ({peaks_text(job)}); CPU seconds: "
                   + ", ".join(f"{k} {v:.0f}" for k, v in sorted(job["cpu_by_kind"].items())))
             where_it_goes(job, total)
+            print_windows(job)
             for q in job["queries"]:
                 print(f"   {q['query_name']:<24} {q['batches']:>4} batches {q['rows_in'] or 0:>10,} rows "
                       f"{(q['busy_ms'] or 0) / 1000:>7.1f} s busy")
@@ -602,7 +617,8 @@ def report(name, total, changes, raw, ceiling, plain, raw_query, job, counts: di
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=300_000, help="per mix (default 300,000)")
-    parser.add_argument("--mix", choices=sorted(MIXES), action="append", help="default: both")
+    parser.add_argument("--mix", choices=sorted(MIXES), action="append",
+                        help="default: default and replication-heavy")
     parser.add_argument("--profile", type=Path, help="folder: run the whole job under py-spy (driver and "
                                                      "Python workers) and print the top lines")
     parser.add_argument("--only-job", action="store_true", help="measure the whole job alone (profiling)")
@@ -620,7 +636,7 @@ def main() -> int:
         args.profile.mkdir(parents=True, exist_ok=True)
     if not (args.only_job or args.baseline or args.builds):
         print(spark_kafka_connector())
-    for name in args.mix or list(MIXES):
+    for name in args.mix or DEFAULT_MIXES:
         job_args = (("--max-records", str(args.max_records)) if args.max_records else ()) + tuple(
             a for conf in args.spark_conf for a in ("--spark-conf", conf))
         bench_mix(name, MIXES[name], args.messages, args.profile, args.only_job, args.baseline, args.runs, job_args,
