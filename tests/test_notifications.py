@@ -1,9 +1,11 @@
 """The MQCN queue manager state machine, rule by rule, from MS-MQCN section 3.2 (revision 17 where
 the revisions differ) and the batching of product behaviour notes <3> and <14>."""
+import dataclasses
+
 import pytest
 
-from streaming.operators.notifications import (MINUTE, Mode, QMState, QueueManager, Result, Settings, Version,
-                                               notification_from, queue_manager_of)
+from streaming.operators.notifications import (MINUTE, Mode, QMState, QueueManager, Result, Settings, Superseded,
+                                               Version, notification_from, queue_manager_of)
 from streaming.wire import decode, encode, mqcn
 from streaming.wire.properties import Property
 from streaming.wire.propids import propid
@@ -498,6 +500,79 @@ def test_a_queue_a_dropped_notification_announced_comes_in_when_a_replica_shows_
         assert guid(1) not in qm.state.queues
         qm.directory_object(guid(1), later)
     assert attr(qm, 1, "Q_LABEL") == "late replica" and qm.state.queues[guid(1)].read_ms == T0 + 10 * MINUTE
+    assert {o.outcome for o in qm.outcomes} == {"superseded-by-refresh"}
+
+
+def random_window(rng, count: int) -> list:
+    """`count` notifications for one batching window, in arrival order: v1 creates, updates and deletes
+    (some disregarded by 3.2.5.1: unauthenticated, or naming a site), v2 events 1-4 of queues some of
+    which no replica shows, and copies of earlier message ids."""
+    site = mqcn.new_update(0x01, [P("S_PATHNAME", "x")], DS, guid_identifier=guid(99))
+    kinds = [lambda n, t: v1([create(n)], t), lambda n, t: v1([update_queue(n, Q_QUOTA=n)], t),
+             lambda n, t: v1([delete(n)], t), lambda n, t: v1([create(n)], t, auth="None"),
+             lambda n, t: v1([create(n), site], t), lambda n, t: v1([create(n)], t, sender="None"),
+             lambda n, t: v2(rng.randint(1, 4), guid(n) if rng.random() < 0.9 else QM, t)]
+    window, t = [], T0
+    for i in range(count):
+        t += rng.randint(1, 400)
+        if window and rng.random() < 0.05:              # a copy: discarded, not counted in the window
+            copy = window[rng.randrange(len(window))]
+            n = dataclasses.replace(copy, arrival_ms=t)
+        else:
+            n = rng.choice(kinds)(rng.randint(1, 12), t)
+            n.message_id = f"m{i}"
+        window.append(n)
+    return window
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_window_bound_to_be_refreshed_keeps_what_its_fire_records_and_fires_as_from_the_messages(seed):
+    """Past refresh_threshold notifications due, a window keeps the later ones as Superseded: its fire
+    gives the same outcomes, batch, queues and waiting reads as the fire of the same window holding
+    every message whole (and so does the next window, of those that came after the timer)."""
+    import copy
+    import pickle
+    import random
+    rng = random.Random(seed)
+    qm = batched()
+    for n in range(1, 13):
+        if rng.random() < 0.7:                          # the others: announced queues no replica shows
+            qm.directory_object(guid(n), queue_version(n, T0 - 1000 + n, 5 + n, Q_LABEL=f"dir{n}"))
+    window = random_window(rng, rng.choice([rng.randint(60, 130), rng.randint(130, 400)]))
+    for n in window:
+        qm.receive(n)
+    kept, timer = list(qm.state.pending), qm.state.timer_ms
+    due = [k for k in kept if k.arrival_ms <= timer]
+    bound = [k for k in kept if isinstance(k, Superseded)]
+    assert bound == due[100:]                       # the first hundred due stay whole, and those after the timer
+    assert qm.state.window_due == len(due)
+    qm.take_outputs()                               # the copies, recorded on arrival
+    whole = QueueManager(copy.deepcopy(qm.state), qm.settings)
+    by_id: dict = {}
+    for n in window:                                # the first of each message id: the others are copies
+        by_id.setdefault(n.message_id, n)
+    whole.state.pending = [by_id[k.message_id] for k in kept]
+    for q in (qm, whole):
+        q.on_timer(T0 + 20 * MINUTE)
+    assert [dataclasses.astuple(o) for o in qm.outcomes] == [dataclasses.astuple(o) for o in whole.outcomes]
+    assert qm.batches == whole.batches and qm.batches[0].refresh_all == (len(due) >= 100)
+    assert dataclasses.replace(qm.state, findings=None) == dataclasses.replace(whole.state, findings=None)
+    if bound:
+        assert {o.outcome for o in qm.outcomes} >= {"superseded-by-refresh", "discarded"}
+        small = sum(len(pickle.dumps(k)) for k in bound)
+        assert small * 3 < sum(len(pickle.dumps(by_id[k.message_id])) for k in bound)
+
+
+def test_a_poison_message_left_out_of_a_bound_window_leaves_it_refreshed():
+    """A window of exactly refresh_threshold + 1 notifications, the last kept as Superseded: with one
+    of the first hundred left out, fewer than the threshold remain and it is refreshed all the same."""
+    qm = batched()
+    for i in range(101):
+        qm.receive(v1([update_queue(1, Q_QUOTA=i)], T0 + i, message_id=f"m{i}"))
+    assert isinstance(qm.state.pending[-1], Superseded) and qm.state.window_due == 101
+    qm.state.pending = [n for n in qm.state.pending if n.message_id != "m5"]
+    qm.on_timer(T0 + MINUTE)
+    assert qm.batches[0].count == 100 and qm.batches[0].refresh_all
     assert {o.outcome for o in qm.outcomes} == {"superseded-by-refresh"}
 
 

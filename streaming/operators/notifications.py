@@ -11,6 +11,8 @@ notification arms a 1-minute timer, otherwise the timer runs to 15 minutes after
 processing; when it fires the notifications received meanwhile are processed in arrival order,
 or, if 100 or more arrived, they are dropped and every queue the queue manager owns is refreshed
 from the directory. `immediate` mode processes each notification on arrival (NT 4 / Windows 2000).
+A window is bound to be refreshed once 100 notifications due at its timer have arrived: the later
+ones wait as what the refresh records of them (`Superseded`), not as the whole message.
 
 Reading the directory (v2 events 1, 2 and 4, and the refresh): the directory is the MQDSRP
 replicas. The read is "as of" the processing time (note <3>: the state "when the timer expires"):
@@ -45,7 +47,7 @@ from ..wire.propids import PROPIDS
 __all__ = ["APPEARED", "Batch", "is_notification_queue", "json_value", "MESSAGE_ID_HISTORY_MS", "MessageIdHistory",
            "MINUTE", "Mode", "Notification", "notification_from", "NOTIFY_QUEUE_NUMBER", "Outcome", "QMState",
            "QUEUE_DEFAULTS", "queue_manager_of", "QueueManager", "QueueManagerOutputs", "QueueRecord", "recency",
-           "REFRESH", "Result", "Settings", "UNRESOLVED_WAIT_MS", "Update", "V1_CREATE", "V1_QM_UPDATE",
+           "REFRESH", "Result", "Settings", "Superseded", "UNRESOLVED_WAIT_MS", "Update", "V1_CREATE", "V1_QM_UPDATE",
            "V1_QUEUE_UPDATE", "V2_QUEUE_READ", "Version"]
 
 MINUTE = 60_000
@@ -138,6 +140,20 @@ class Notification:
         self.__dict__.update(state)
 
 
+class Superseded(NamedTuple):
+    """A notification that joined a window already bound to be refreshed (note <3>: refresh_threshold
+    notifications due when its timer fires came before it): what the fire records of it, kept in the
+    window in its place. About a third of the message's stored size and no body: a window on the wall
+    clock holds minutes of traffic, stored as it arrives and read back whole when it fires."""
+    message_id: str | None
+    arrival_ms: int
+    version: int
+    action: str                                       # QueueManager._action
+    object_guid: str | None
+    disregarded: str | None                           # why 3.2.5.1 disregards it (v1), else None
+    queues: tuple                                     # the queues it names (none if disregarded)
+
+
 @python_class
 @dataclass
 class Version:
@@ -181,6 +197,9 @@ class QMState:
     pending: Any = field(default_factory=list)
     timer_ms: int | None = None
     timer_started_ms: int | None = None
+    # pending notifications due when the running timer fires (arrived at or before it); a state
+    # stored before it was kept counts from 0, which only binds its window to a refresh later
+    window_due: int = 0
     last_processed_ms: int | None = None
     batches: int = 0
     # a dict, or the Spark adapter's that reads objects as they are looked up: a MutableMapping, so that
@@ -296,9 +315,27 @@ class QueueManager:
             self.batches.append(Batch(self.state.batches, None, n.arrival_ms, 1, False))
             self.state.last_processed_ms = n.arrival_ms
             return
-        self.state.pending.append(n)
+        self._join_window(n)
         self.arrived = True
+
+    def _join_window(self, n: Notification) -> None:
+        """Note <3>: the notification waits for the timer (arming one if none runs). Once the window
+        holds refresh_threshold notifications due when it fires, it is bound to be refreshed: a later
+        one is kept as what the fire records of it (Superseded)."""
+        timer = self.state.timer_ms
+        bound = timer is not None and n.arrival_ms <= timer and \
+            self.state.window_due >= self.settings.refresh_threshold
+        self.state.pending.append(self._superseded(n) if bound else n)
         self._arm(n)
+        timer = self.state.timer_ms
+        if timer is not None and n.arrival_ms <= timer:
+            self.state.window_due += 1
+
+    def _superseded(self, n: Notification) -> Superseded:
+        disregarded = self._v1_rejection(n) if n.version == 1 else None
+        return Superseded(n.message_id, n.arrival_ms, n.version, self._action(n),
+                          None if disregarded else n.object_guid, disregarded,
+                          () if disregarded else tuple(_queues_named(n)))
 
     def look_for_findings(self, n: Notification) -> None:
         """What every arrival, copies included, tells a security team (streaming.operators.findings):
@@ -354,10 +391,9 @@ class QueueManager:
                 due = [n for n in self.state.pending if n.arrival_ms <= fired]
                 later = [n for n in self.state.pending if n.arrival_ms > fired]
                 self._fire(fired, due)
-                self.state.pending = []
+                self.state.pending, self.state.window_due = [], 0
                 for n in sorted(later, key=lambda m: m.arrival_ms):
-                    self.state.pending.append(n)
-                    self._arm(n)
+                    self._join_window(n)
             else:
                 break
         if forget:
@@ -373,22 +409,26 @@ class QueueManager:
                 self.state.timer_ms = last + self.settings.window_ms        # "the remainder of the 15 minutes"
             self.state.timer_started_ms = n.arrival_ms
 
-    def _fire(self, fired: int, pending: list[Notification]) -> None:
+    def _fire(self, fired: int, pending: list) -> None:
+        """pending: the window's Notifications, and its Superseded once it was bound to be refreshed (a
+        poison message left out since cannot unbind it: it is refreshed all the same)."""
         self.state.batches += 1
         batch = self.state.batches
-        refresh = len(pending) >= self.settings.refresh_threshold
+        refresh = len(pending) >= self.settings.refresh_threshold or \
+            any(isinstance(n, Superseded) for n in pending)
         if refresh:
-            for n in pending:
-                rejected = self._v1_rejection(n) if n.version == 1 else None
-                if rejected:                    # disregarded whatever the batch: recorded as such
-                    self._record(n, action=self._action(n), guid=None, outcome=Result.DISCARDED, reason=rejected,
+            dropped = [n if isinstance(n, Superseded) else self._superseded(n) for n in pending]
+            superseded = f"{len(pending)} notifications in one window: all public queues refreshed instead " \
+                         "(MQCN note <3>)"
+            for d in dropped:
+                if d.disregarded:               # disregarded whatever the batch: recorded as such
+                    self._record(d, action=d.action, guid=None, outcome=Result.DISCARDED, reason=d.disregarded,
                                  batch=batch, now=fired)
-                    continue
-                self._record(n, action=self._action(n), guid=n.object_guid, outcome=Result.SUPERSEDED_BY_REFRESH,
-                             reason=f"{len(pending)} notifications in one window: all public queues refreshed "
-                                    "instead (MQCN note <3>)", batch=batch, now=fired)
+                else:
+                    self._record(d, action=d.action, guid=d.object_guid, outcome=Result.SUPERSEDED_BY_REFRESH,
+                                 reason=superseded, batch=batch, now=fired)
             self.refresh_all(fired)
-            self._await_announced_queues(pending, fired, batch)
+            self._await_announced_queues(sorted({g for d in dropped for g in d.queues}), fired, batch)
         else:
             for n in sorted(pending, key=lambda m: m.arrival_ms):
                 self.process(n, fired, batch)
@@ -754,14 +794,14 @@ class QueueManager:
                 # journal quota and security are re-read with its queues.
                 self._apply_machine(v, now)
 
-    def _await_announced_queues(self, pending: list[Notification], fired: int, batch: int) -> None:
-        """[INFERENCE] The replicas trail the directory service that sent the notifications: a queue
+    def _await_announced_queues(self, named: list[str], fired: int, batch: int) -> None:
+        """named: the queues the dropped notifications name, sorted.
+        [INFERENCE] The replicas trail the directory service that sent the notifications: a queue
         that a dropped notification names but no replica showed by the expiry is read as soon as one
         does, as an unresolved Event 1 would be (without an outcome of its own). A read already waiting
         covers it only if it waits beyond the expiry: the window ends 15 minutes after the last
         processing, the very instant a read made there gives up (UNRESOLVED_WAIT_MS)."""
-        for guid in sorted({g for n in pending if not (n.version == 1 and self._v1_rejection(n))
-                            for g in _queues_named(n)}):
+        for guid in named:
             if self._read(guid, fired, "queue") is not None or self._waits_beyond(guid, fired):
                 continue
             later = self._first_after(guid, fired, "queue")
@@ -779,8 +819,8 @@ class QueueManager:
             return EVENTS.get(n.event, f"event {n.event}")
         return ", ".join(_v1_action(u) for u in n.updates) or "v1"
 
-    def _record(self, n: Notification, *, index: int = 0, action: str, guid, outcome: str, reason, batch,
-                now) -> None:
+    def _record(self, n: Notification | Superseded, *, index: int = 0, action: str, guid, outcome: str, reason,
+                batch, now) -> None:
         self.outcomes.append(Outcome(n.message_id, index, n.version, action, guid, outcome, reason, batch,
                                      n.arrival_ms, now))
 

@@ -11,7 +11,9 @@ written whole, every micro-batch sent all of it again.
                an object up (all of them only for a refresh), written when they changed
     qm_parts   MapState part number -> bytes, one of:
                - pending notifications (pickled): a part per micro-batch that added some, read only when
-                 something iterates them (the batching timer fires) and dropped with them;
+                 something iterates them (the batching timer fires) and dropped with them; past the
+                 refresh threshold of a window, what its refresh records of each (about 110 bytes
+                 against 500 for the message with its body);
                - rows waiting for the watermark (pickled): a part per micro-batch with its earliest event
                  time, read only once the watermark has passed one of its rows;
                - message ids seen in one minute of event time (a part per micro-batch and minute,
