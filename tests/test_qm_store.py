@@ -129,6 +129,27 @@ def test_a_call_writes_its_batch_not_the_windows():
     assert written <= 3 * bodies + 5_000 * len(calls), (written, bodies)
 
 
+def test_a_window_bound_to_be_refreshed_stores_what_its_refresh_records():
+    """Past the 100 notifications that bind a window to a refresh, the parts hold what the refresh
+    records of each (not the message with its body): a fraction of the bodies' bytes, and the fire
+    gives a row per notification all the same."""
+    key, frame = max(notifications(3, 25_000).items(), key=lambda kv: len(kv[1]))
+    frame = frame.sort_values("event_ms", kind="stable").reset_index(drop=True)
+    run = Run(Settings(first_wait_ms=10**11, window_ms=10**11, quiet_ms=10**11))     # one window
+    drive(run, key, frame, list(range(0, len(frame), 500)) + [len(frame)])
+    core, layout = pickle.loads(run.tester.peekValueState("qm_core", key)[0])
+    parts = {k[0]: v[0] for k, v in run.tester.peekMapState("qm_parts", key).items()}
+    stored = sum(len(parts[part]) for part in layout["pending"])
+    bodies = frame["body"].map(len).sum()
+    assert layout["pending_count"] > 2000 and stored * 2 < bodies, (stored, bodies)
+    run.written.append(0)
+    run._take(run.tester.setWatermark(int(frame["event_ms"].max()) + 2 * 10**11))        # the timer fires
+    fired = [r for r in run.tables["notifications"] if r["batch"] == 1]
+    # those pending, and those the last watermark still held back
+    assert len(fired) == len({r["message_id"] for r in fired}) >= layout["pending_count"]
+    assert {r["outcome"] for r in fired} == {"superseded-by-refresh"}
+
+
 def stored_whole(run: Run, key: str, applied: pd.DataFrame) -> bytes:
     """The key's state as an earlier version stored it whole: (pickled QMState, waiting rows), its
     message id table that of the applied rows."""
