@@ -14,7 +14,7 @@ from replication_harness import OfflineJob, arrival_ms
 from streaming.operators.notification_input import DIRECTORY
 from streaming.operators.notifications import MessageIdHistory, QMState, Settings, queue_manager_of
 from streaming.spark.notification_query import NotificationProcessor
-from streaming.spark.qm_store import Layout
+from streaming.spark.qm_store import Layout, load_part
 from test_poison import outputs
 
 DELAY_MS = 10_000                   # the job's watermark delay
@@ -161,7 +161,7 @@ def stored_whole(run: Run, key: str, applied: pd.DataFrame) -> bytes:
     core, layout = pickle.loads(tester.peekValueState("qm_core", key)[0])
     layout = Layout(**layout)
     ids = {part for _minute, part in layout.ids}
-    parts = {k[0]: pickle.loads(v[0]) for k, v in tester.peekMapState("qm_parts", key).items() if k[0] not in ids}
+    parts = {k[0]: load_part(v[0]) for k, v in tester.peekMapState("qm_parts", key).items() if k[0] not in ids}
     st: QMState = pickle.loads(core)
     st.pending = [n for part in layout.pending for n in parts[part]]
     st.message_ids = ids_of_messages                # the history as an earlier version kept it
@@ -317,3 +317,34 @@ def test_a_core_holding_its_directory_goes_on_the_same():
     assert restarted.final() == going_on.final() and len(going_on.tables["notifications"]) > 100
     again = pickle.loads(pickle.loads(restarted.tester.peekValueState("qm_core", key)[0])[0])
     assert again.directory == {} and restarted.tester.peekMapState("qm_directory", key)
+
+
+def test_parts_stored_uncompressed_by_an_earlier_version_go_on_the_same():
+    """Waiting rows and pending notifications pickled alone (as earlier versions stored them) are read
+    as they are; what a call writes is compressed, a fraction of its pickled size."""
+    key, frame = with_directory(3)
+    half = len(frame) // 2
+    cuts = list(range(0, len(frame), max(1, len(frame) // 30))) + [len(frame)]
+    first, rest = [c for c in cuts if c <= half] + [half], [half] + [c for c in cuts if c > half]
+    going_on = Run(Settings())
+    drive(going_on, key, frame, first)
+    tester = going_on.tester
+    _core, layout = pickle.loads(tester.peekValueState("qm_core", key)[0])
+    rows_and_pending = {part for part, _earliest in layout["held"]} | set(layout["pending"])
+    parts = tester.peekMapState("qm_parts", key)
+    assert rows_and_pending and all(parts[(part,)][0][:1] == b"\x78" for part in rows_and_pending)    # zlib
+    plain = {k: (pickle.dumps(load_part(v[0]), protocol=5),) if k[0] in rows_and_pending else v
+             for k, v in parts.items()}
+    packed, unpacked = (sum(len(parts[k][0]) for k in plain if k[0] in rows_and_pending),
+                        sum(len(plain[k][0]) for k in plain if k[0] in rows_and_pending))
+    assert packed * 4 < unpacked, (packed, unpacked)
+    restarted = Run(Settings())
+    restarted.tester.updateMapState("qm_parts", key, plain)
+    restarted.tester.updateMapState("qm_directory", key, tester.peekMapState("qm_directory", key))
+    restarted.tester.updateValueState("qm_core", key, tester.peekValueState("qm_core", key))
+    restarted.tester.setWatermark(tester._currentWatermarkMs)
+    going_on.tables.clear()
+    for run in (going_on, restarted):
+        drive(run, key, frame, rest)
+        finish(run, key, frame)
+    assert restarted.final() == going_on.final() and len(going_on.tables["notifications"]) > 100
