@@ -290,15 +290,33 @@ def test_the_directory_is_read_and_written_an_object_at_a_time(seed):
     assert per_call < held / 10, (per_call, held)
 
 
-def test_a_core_holding_its_directory_goes_on_the_same():
-    """A state stored in parts by an earlier version, its directory in the core: read from there,
-    then written an object at a time."""
+def halfway() -> tuple[str, pd.DataFrame, Run, list[int]]:
+    """A queue manager's input with its directory, driven halfway in micro-batches: (key, input, the
+    run, the cuts of the rest)."""
     key, frame = with_directory(3)
     half = len(frame) // 2
     cuts = list(range(0, len(frame), max(1, len(frame) // 30))) + [len(frame)]
     first, rest = [c for c in cuts if c <= half] + [half], [half] + [c for c in cuts if c > half]
     going_on = Run(Settings())
     drive(going_on, key, frame, first)
+    return key, frame, going_on, rest
+
+
+def go_on_both(key: str, frame: pd.DataFrame, going_on: Run, restarted: Run, rest: list[int]) -> None:
+    """The rest of the input through the run that went on and the one restarted from a stored state,
+    the restarted one at the watermark the other stood at: the same tables."""
+    restarted.tester.setWatermark(going_on.tester._currentWatermarkMs)
+    going_on.tables.clear()
+    for run in (going_on, restarted):
+        drive(run, key, frame, rest)
+        finish(run, key, frame)
+    assert restarted.final() == going_on.final() and len(going_on.tables["notifications"]) > 100
+
+
+def test_a_core_holding_its_directory_goes_on_the_same():
+    """A state stored in parts by an earlier version, its directory in the core: read from there,
+    then written an object at a time."""
+    key, frame, going_on, rest = halfway()
     tester = going_on.tester
     core, layout = pickle.loads(tester.peekValueState("qm_core", key)[0])
     st = pickle.loads(core)
@@ -309,12 +327,7 @@ def test_a_core_holding_its_directory_goes_on_the_same():
     restarted = Run(Settings())
     restarted.tester.updateMapState("qm_parts", key, tester.peekMapState("qm_parts", key))
     restarted.tester.updateValueState("qm_core", key, (earlier,))
-    restarted.tester.setWatermark(tester._currentWatermarkMs)
-    going_on.tables.clear()
-    for run in (going_on, restarted):
-        drive(run, key, frame, rest)
-        finish(run, key, frame)
-    assert restarted.final() == going_on.final() and len(going_on.tables["notifications"]) > 100
+    go_on_both(key, frame, going_on, restarted, rest)
     again = pickle.loads(pickle.loads(restarted.tester.peekValueState("qm_core", key)[0])[0])
     assert again.directory == {} and restarted.tester.peekMapState("qm_directory", key)
 
@@ -322,12 +335,7 @@ def test_a_core_holding_its_directory_goes_on_the_same():
 def test_parts_stored_uncompressed_by_an_earlier_version_go_on_the_same():
     """Waiting rows and pending notifications pickled alone (as earlier versions stored them) are read
     as they are; what a call writes is compressed, a fraction of its pickled size."""
-    key, frame = with_directory(3)
-    half = len(frame) // 2
-    cuts = list(range(0, len(frame), max(1, len(frame) // 30))) + [len(frame)]
-    first, rest = [c for c in cuts if c <= half] + [half], [half] + [c for c in cuts if c > half]
-    going_on = Run(Settings())
-    drive(going_on, key, frame, first)
+    key, frame, going_on, rest = halfway()
     tester = going_on.tester
     _core, layout = pickle.loads(tester.peekValueState("qm_core", key)[0])
     rows_and_pending = {part for part, _earliest in layout["held"]} | set(layout["pending"])
@@ -342,9 +350,4 @@ def test_parts_stored_uncompressed_by_an_earlier_version_go_on_the_same():
     restarted.tester.updateMapState("qm_parts", key, plain)
     restarted.tester.updateMapState("qm_directory", key, tester.peekMapState("qm_directory", key))
     restarted.tester.updateValueState("qm_core", key, tester.peekValueState("qm_core", key))
-    restarted.tester.setWatermark(tester._currentWatermarkMs)
-    going_on.tables.clear()
-    for run in (going_on, restarted):
-        drive(run, key, frame, rest)
-        finish(run, key, frame)
-    assert restarted.final() == going_on.final() and len(going_on.tables["notifications"]) > 100
+    go_on_both(key, frame, going_on, restarted, rest)
