@@ -99,9 +99,7 @@ def advance(load, ready: list[Row], watermark_ms: int):
     while True:
         qm, step = load(), None
         if bad_pending:
-            st = qm.state
-            st.pending = [n for n in st.pending if n.message_id not in bad_pending]
-            st.window_due = sum(st.timer_ms is not None and n.arrival_ms <= st.timer_ms for n in st.pending)
+            qm.leave_out(bad_pending)
         try:
             for i, row in enumerate(ready):
                 if i in bad_rows:

@@ -331,6 +331,12 @@ class QueueManager:
         if timer is not None and n.arrival_ms <= timer:
             self.state.window_due += 1
 
+    def leave_out(self, message_ids) -> None:
+        """The window as if these messages had never come (poison found while a timer fired)."""
+        st = self.state
+        st.pending = [n for n in st.pending if n.message_id not in message_ids]
+        st.window_due = sum(st.timer_ms is not None and n.arrival_ms <= st.timer_ms for n in st.pending)
+
     def _superseded(self, n: Notification) -> Superseded:
         disregarded = self._v1_rejection(n) if n.version == 1 else None
         return Superseded(n.message_id, n.arrival_ms, n.version, self._action(n),
